@@ -1,0 +1,65 @@
+// Copyright 2026 The GMLake Authors.
+//
+// ChunkSource: where the allocator gets physical chunks from.
+//
+// Two implementations: the embedded lake (embedded_lake.h), which creates
+// chunks in this process through the VMM layer up to a capacity, and the
+// daemon source (daemon_chunk_source.h), which leases chunks from gmlaked
+// and imports their descriptors. The allocator cannot tell them apart.
+
+#ifndef GMLAKE_CLIENT_CHUNK_SOURCE_H_
+#define GMLAKE_CLIENT_CHUNK_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/vmm.h"
+
+namespace gmlake {
+
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+
+  // "embedded" or "daemon".
+  virtual absl::string_view name() const = 0;
+  // One line for start-up logs: which lake, where, capacity.
+  virtual std::string Describe() const = 0;
+  // The backend the chunks live in; the allocator maps them through it.
+  virtual VmmBackend* backend() = 0;
+  // Size of every chunk this source hands out on `device`.
+  virtual size_t chunk_size(int device) const = 0;
+
+  // Gets `count` chunks on `device`, all or nothing. The handles are usable
+  // with backend() (imported already, where they came from elsewhere) and
+  // belong to the caller until Return. ResourceExhausted, with a message
+  // saying what was asked and what is left, when the lake has no room.
+  virtual absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
+                                                           size_t count) = 0;
+  // Gives chunks back to the lake. They must be unmapped.
+  virtual void Return(int device, absl::Span<const ChunkHandle> chunks) = 0;
+
+  // The most bytes this process may hold on `device` (0: no limit but the
+  // device's own).
+  virtual uint64_t capacity_bytes(int device) const = 0;
+  // Limits what this process may hold on `device`; 0 lifts the limit.
+  // Chunks already held above it are not taken back.
+  virtual absl::Status SetCapacity(int device, uint64_t bytes) = 0;
+
+  // The lake asks for memory back: the handler returns (through Return)
+  // cached chunks it does not use, up to `bytes` on `device`, and says how
+  // many bytes it returned. The source may call it from any thread.
+  using ReclaimHandler = std::function<uint64_t(int device, uint64_t bytes)>;
+  virtual void SetReclaimHandler(ReclaimHandler handler) = 0;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_CHUNK_SOURCE_H_
