@@ -1,0 +1,858 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "common/cuda_backend.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/cuda_driver.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string Hex(uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); }
+
+std::string Bytes(size_t n) {
+  if (n % kMiB == 0) return absl::StrCat(n / kMiB, " MiB");
+  if (n % 1024 == 0) return absl::StrCat(n / 1024, " KiB");
+  return absl::StrCat(n, " bytes");
+}
+
+// Each backend gets a new generation, so a thread's cached "current context"
+// from an earlier backend (whose primary context may have been released and
+// reset since) is never trusted.
+std::atomic<uint64_t> g_next_generation{1};
+
+// The context this thread made current last, and for which backend
+// generation. Checking it is a thread-local read; cuCtxSetCurrent is called
+// only when a thread first calls in, or switches device.
+struct ThreadContext {
+  CUcontext context = nullptr;
+  uint64_t generation = 0;
+};
+thread_local ThreadContext t_current;
+
+class CudaBackend final : public VmmBackend {
+ public:
+  explicit CudaBackend(const CudaDriver* driver)
+      : driver_(*driver), generation_(g_next_generation.fetch_add(1)) {}
+  ~CudaBackend() override;
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // Finds the devices, checks their features, retains their primary
+  // contexts. Called once, before the backend is shared.
+  absl::Status Init();
+
+  absl::string_view name() const override { return "cuda"; }
+  std::string Describe() const override;
+  int device_count() const override {
+    return static_cast<int>(devices_.size());
+  }
+  size_t granularity(int device) const override {
+    if (device < 0 || device >= device_count()) return 0;
+    return devices_[device].granularity;
+  }
+
+  absl::Status Fill(DevicePtr addr, uint8_t value, size_t size) override;
+  absl::Status CopyToHost(void* dst, DevicePtr src, size_t size) override;
+  absl::Status CopyFromHost(DevicePtr dst, const void* src,
+                            size_t size) override;
+
+ protected:
+  absl::StatusOr<ChunkHandle> DoCreateChunk(int device, size_t size) override;
+  absl::Status DoReleaseChunk(ChunkHandle chunk) override;
+  absl::StatusOr<UniqueFd> DoExportChunk(ChunkHandle chunk) override;
+  absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
+                                            size_t size) override;
+  absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
+                                           size_t alignment) override;
+  absl::Status DoFreeRange(DevicePtr base, size_t size) override;
+  absl::Status DoMap(DevicePtr addr, size_t size, ChunkHandle chunk) override;
+  absl::Status DoUnmap(DevicePtr addr, size_t size) override;
+  absl::Status DoSetAccess(DevicePtr addr, size_t size,
+                           absl::Span<const int> devices) override;
+  absl::StatusOr<EventHandle> DoCreateEvent(int device) override;
+  absl::Status DoDestroyEvent(EventHandle event) override;
+  absl::Status DoRecordEvent(EventHandle event, StreamHandle stream) override;
+  absl::StatusOr<bool> DoQueryEvent(EventHandle event) override;
+  absl::Status DoSyncEvent(EventHandle event) override;
+
+ private:
+  struct Device {
+    CUdevice device = 0;
+    CUcontext context = nullptr;  // retained primary context
+    std::string name;
+    size_t total_bytes = 0;
+    size_t granularity = 0;
+  };
+  struct ChunkInfo {
+    int device;
+    size_t size;
+  };
+  struct MappingInfo {
+    size_t size;
+    ChunkHandle chunk;
+    int device;
+    bool access;  // SetAccess was called on it since it was mapped
+  };
+  using MappingMap = std::map<DevicePtr, MappingInfo>;
+
+  // The status for a failed driver call described by `call`.
+  absl::Status Error(CUresult r, absl::string_view call) const {
+    return CudaCallError(driver_, r, call);
+  }
+  absl::Status CheckDevice(int device) const;
+  absl::Status CheckSize(int device, size_t size, absl::string_view what) const;
+  // Makes `device`'s primary context current in this thread.
+  absl::Status MakeCurrent(int device) const;
+
+  // The mappings that together cover [addr, addr+size) without gaps, in
+  // address order. With `whole`, the range must start and end on mapping
+  // boundaries; with `need_access`, each mapping must have been given
+  // access. `what` names the operation for the error message.
+  absl::StatusOr<std::vector<MappingMap::iterator>> Covering(
+      DevicePtr addr, size_t size, bool whole, bool need_access,
+      absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The device to run a Fill/Copy of [addr, addr+size) on.
+  absl::StatusOr<int> AccessibleDevice(DevicePtr addr, size_t size,
+                                       absl::string_view what);
+
+  const CudaDriver& driver_;
+  const uint64_t generation_;
+  std::vector<Device> devices_;  // fixed after Init
+  size_t max_granularity_ = 0;   // the unit of virtual ranges
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ChunkHandle, ChunkInfo> chunks_ ABSL_GUARDED_BY(mu_);
+  std::map<DevicePtr, size_t> ranges_ ABSL_GUARDED_BY(mu_);  // base -> size
+  MappingMap mappings_ ABSL_GUARDED_BY(mu_);                 // addr -> info
+  absl::flat_hash_map<EventHandle, int> events_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status CudaBackend::Init() {
+  const CudaDriver& d = driver_;
+  int count = 0;
+  if (CUresult r = d.cuDeviceGetCount(&count); r != CUDA_SUCCESS) {
+    return Error(r, "cuDeviceGetCount");
+  }
+  if (count <= 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return absl::UnavailableError(absl::StrCat(
+        "the CUDA driver ", CudaVersionString(d.version), " sees no device",
+        visible != nullptr
+            ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=", visible, ")")
+            : std::string(),
+        "; set GMLAKE_BACKEND=host to run without a GPU"));
+  }
+  devices_.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    Device dev;
+    if (CUresult r = d.cuDeviceGet(&dev.device, i); r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceGet(", i, ")"));
+    }
+    char name[256] = {};
+    if (CUresult r = d.cuDeviceGetName(name, sizeof(name) - 1, dev.device);
+        r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceGetName(device=", i, ")"));
+    }
+    dev.name = name;
+    if (CUresult r = d.cuDeviceTotalMem(&dev.total_bytes, dev.device);
+        r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceTotalMem(device=", i, ")"));
+    }
+    int vmm = 0;
+    int posix_fd = 0;
+    if (CUresult r = d.cuDeviceGetAttribute(
+            &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            dev.device);
+        r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceGetAttribute(VIRTUAL_MEMORY_"
+                                   "MANAGEMENT_SUPPORTED, device=",
+                                   i, ")"));
+    }
+    if (CUresult r = d.cuDeviceGetAttribute(
+            &posix_fd,
+            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            dev.device);
+        r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceGetAttribute(HANDLE_TYPE_POSIX_"
+                                   "FILE_DESCRIPTOR_SUPPORTED, device=",
+                                   i, ")"));
+    }
+    if (!vmm || !posix_fd) {
+      return absl::UnavailableError(absl::StrCat(
+          "CUDA device ", i, " (", dev.name, ") does not support ",
+          !vmm ? "virtual memory management" : "POSIX file-descriptor handles",
+          ", which GMLake needs; set GMLAKE_BACKEND=host to run without it"));
+    }
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev.device;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (CUresult r = d.cuMemGetAllocationGranularity(
+            &dev.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        r != CUDA_SUCCESS) {
+      return Error(
+          r, absl::StrCat("cuMemGetAllocationGranularity(device=", i, ")"));
+    }
+    if (dev.granularity == 0) {
+      return absl::InternalError(absl::StrCat(
+          "cuMemGetAllocationGranularity(device=", i, ") returned 0"));
+    }
+    if (CUresult r = d.cuDevicePrimaryCtxRetain(&dev.context, dev.device);
+        r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDevicePrimaryCtxRetain(device=", i, ")"));
+    }
+    max_granularity_ = std::max(max_granularity_, dev.granularity);
+    devices_.push_back(std::move(dev));  // the destructor releases it now
+  }
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  // Nobody else may call in any more. Give back what is still held, in the
+  // order the driver needs (unmap before free and release); errors cannot be
+  // reported from here, and the primary contexts' release below frees
+  // anything left once no other user holds them.
+  if (!devices_.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [addr, m] : mappings_) {
+      if (MakeCurrent(m.device).ok()) driver_.cuMemUnmap(addr, m.size);
+    }
+    mappings_.clear();
+    if (MakeCurrent(0).ok()) {
+      for (const auto& [base, size] : ranges_) {
+        driver_.cuMemAddressFree(base, size);
+      }
+    }
+    ranges_.clear();
+    for (const auto& [handle, c] : chunks_) {
+      if (MakeCurrent(c.device).ok()) driver_.cuMemRelease(handle);
+    }
+    chunks_.clear();
+    for (const auto& [event, device] : events_) {
+      if (MakeCurrent(device).ok()) {
+        driver_.cuEventDestroy(reinterpret_cast<CUevent>(event));
+      }
+    }
+    events_.clear();
+  }
+  for (const Device& dev : devices_) {
+    driver_.cuDevicePrimaryCtxRelease(dev.device);
+  }
+  t_current = ThreadContext{};
+}
+
+std::string CudaBackend::Describe() const {
+  std::vector<std::string> parts;
+  for (const Device& dev : devices_) {
+    parts.push_back(absl::StrFormat("%s, %.1f GiB, granularity %s", dev.name,
+                                    static_cast<double>(dev.total_bytes) / kGiB,
+                                    Bytes(dev.granularity)));
+  }
+  return absl::StrCat("cuda backend: driver ",
+                      CudaVersionString(driver_.version), ", ", devices_.size(),
+                      devices_.size() == 1 ? " device (" : " devices (",
+                      absl::StrJoin(parts, "; "), ")");
+}
+
+absl::Status CudaBackend::CheckDevice(int device) const {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device ", device, " does not exist: the cuda backend has ",
+        device_count(), " device(s), 0 to ", device_count() - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CheckSize(int device, size_t size,
+                                    absl::string_view what) const {
+  const size_t g = devices_[device].granularity;
+  if (size == 0 || size % g != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": size ", size, " is not a positive multiple of device ", device,
+        "'s granularity ", g, " (", Bytes(g), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::MakeCurrent(int device) const {
+  const CUcontext ctx = devices_[device].context;
+  if (t_current.context == ctx && t_current.generation == generation_) {
+    return absl::OkStatus();
+  }
+  if (CUresult r = driver_.cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) {
+    t_current = ThreadContext{};
+    return Error(r, absl::StrCat("cuCtxSetCurrent(primary context of device ",
+                                 device, ")"));
+  }
+  t_current = ThreadContext{ctx, generation_};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CudaBackend::MappingMap::iterator>>
+CudaBackend::Covering(DevicePtr addr, size_t size, bool whole, bool need_access,
+                      absl::string_view what) {
+  auto not_mapped = [&](DevicePtr at) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "(addr=", Hex(addr), ", size=", size, "): ", Hex(at),
+                     " is not mapped through this backend"));
+  };
+  if (size == 0 || addr + size < addr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "(addr=", Hex(addr), ", size=", size, "): empty or wrapping"));
+  }
+  const DevicePtr end = addr + size;
+  auto it = mappings_.upper_bound(addr);
+  if (it == mappings_.begin()) return not_mapped(addr);
+  --it;
+  if (addr >= it->first + it->second.size) return not_mapped(addr);
+  if (whole && it->first != addr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "(addr=", Hex(addr), ", size=", size,
+        "): must start where a chunk is mapped; the mapping there starts at ",
+        Hex(it->first)));
+  }
+  std::vector<MappingMap::iterator> out;
+  DevicePtr covered = it->first;
+  for (;;) {
+    if (it == mappings_.end() || it->first != covered) {
+      return not_mapped(covered);
+    }
+    if (need_access && !it->second.access) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, "(addr=", Hex(addr), ", size=", size, "): the chunk mapped at ",
+          Hex(it->first),
+          " has no access (access does not survive an unmap); call SetAccess "
+          "after Map"));
+    }
+    out.push_back(it);
+    covered = it->first + it->second.size;
+    if (covered >= end) break;
+    ++it;
+  }
+  if (whole && covered != end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "(addr=", Hex(addr), ", size=", size,
+        "): must end where a mapped chunk ends; the last one ends at ",
+        Hex(covered)));
+  }
+  return out;
+}
+
+// --- Chunks
+// -------------------------------------------------------------------
+
+absl::StatusOr<ChunkHandle> CudaBackend::DoCreateChunk(int device,
+                                                       size_t size) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = CheckSize(device, size, "CreateChunk"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = devices_[device].device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle handle = 0;
+  if (CUresult r = driver_.cuMemCreate(&handle, size, &prop, 0);
+      r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuMemCreate(device=", device, ", size=", size, ")"));
+  }
+  if (handle == 0) {  // 0 means "no chunk" in the interface
+    driver_.cuMemRelease(handle);
+    return absl::InternalError("cuMemCreate returned handle 0");
+  }
+  absl::MutexLock lock(&mu_);
+  chunks_[handle] = ChunkInfo{device, size};
+  return static_cast<ChunkHandle>(handle);
+}
+
+absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
+  ChunkInfo info;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "ReleaseChunk: chunk ", Hex(chunk),
+          " was not created or imported through this backend, or was "
+          "released already"));
+    }
+    info = it->second;
+    chunks_.erase(it);
+  }
+  if (absl::Status s = MakeCurrent(info.device); !s.ok()) return s;
+  if (CUresult r = driver_.cuMemRelease(chunk); r != CUDA_SUCCESS) {
+    absl::MutexLock lock(&mu_);
+    chunks_[chunk] = info;  // still ours: the caller may try again
+    return Error(r, absl::StrCat("cuMemRelease(handle=", Hex(chunk), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UniqueFd> CudaBackend::DoExportChunk(ChunkHandle chunk) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = chunks_.find(chunk);
+    if (it == chunks_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("ExportChunk: chunk ", Hex(chunk),
+                       " was not created or imported through this backend"));
+    }
+    device = it->second.device;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  int fd = -1;
+  if (CUresult r = driver_.cuMemExportToShareableHandle(
+          &fd, chunk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuMemExportToShareableHandle(handle=",
+                                 Hex(chunk), ", POSIX_FILE_DESCRIPTOR)"));
+  }
+  return UniqueFd(fd);
+}
+
+absl::StatusOr<ChunkHandle> CudaBackend::DoImportChunk(int fd, int device,
+                                                       size_t size) {
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImportChunk: invalid file descriptor ", fd));
+  }
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = CheckSize(device, size, "ImportChunk"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  CUmemGenericAllocationHandle handle = 0;
+  // The driver reads the descriptor and does not keep it: the caller still
+  // owns (and closes) `fd`.
+  if (CUresult r = driver_.cuMemImportFromShareableHandle(
+          &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuMemImportFromShareableHandle(fd=", fd,
+                                 ", POSIX_FILE_DESCRIPTOR)"));
+  }
+  if (handle == 0) {
+    return absl::InternalError(
+        "cuMemImportFromShareableHandle returned handle 0");
+  }
+  absl::MutexLock lock(&mu_);
+  chunks_[handle] = ChunkInfo{device, size};
+  return static_cast<ChunkHandle>(handle);
+}
+
+// --- Ranges and mappings
+// ------------------------------------------------------
+
+absl::StatusOr<DevicePtr> CudaBackend::DoReserveRange(size_t size,
+                                                      size_t alignment) {
+  const size_t g = max_granularity_;
+  if (size == 0 || size % g != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReserveRange: size ", size,
+                     " is not a positive multiple of the granularity ", g, " (",
+                     Bytes(g), ")"));
+  }
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReserveRange: alignment ", alignment, " is not a power of two"));
+  }
+  if (absl::Status s = MakeCurrent(0); !s.ok()) return s;
+  CUdeviceptr base = 0;
+  const size_t align = std::max(alignment, g);
+  if (CUresult r = driver_.cuMemAddressReserve(&base, size, align, 0, 0);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuMemAddressReserve(size=", size,
+                                 ", alignment=", align, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  ranges_[base] = size;
+  return static_cast<DevicePtr>(base);
+}
+
+absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = ranges_.find(base);
+    if (it == ranges_.end() || it->second != size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FreeRange(base=", Hex(base), ", size=", size,
+          "): not a range reserved through this backend",
+          it != ranges_.end() ? absl::StrCat(" (it has size ", it->second, ")")
+                              : std::string()));
+    }
+    auto m = mappings_.lower_bound(base);
+    if (m != mappings_.end() && m->first < base + size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("FreeRange(base=", Hex(base), ", size=", size,
+                       "): a chunk is still "
+                       "mapped at ",
+                       Hex(m->first), "; unmap it first"));
+    }
+    ranges_.erase(it);
+  }
+  if (absl::Status s = MakeCurrent(0); !s.ok()) return s;
+  if (CUresult r = driver_.cuMemAddressFree(base, size); r != CUDA_SUCCESS) {
+    absl::MutexLock lock(&mu_);
+    ranges_[base] = size;
+    return Error(r, absl::StrCat("cuMemAddressFree(base=", Hex(base),
+                                 ", size=", size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
+                                ChunkHandle chunk) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto c = chunks_.find(chunk);
+    if (c == chunks_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", Hex(chunk),
+          " was not created or imported through this backend"));
+    }
+    device = c->second.device;
+    if (size != c->second.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", Hex(chunk),
+          " has size ", c->second.size, " and can only be mapped whole"));
+    }
+    const size_t g = devices_[device].granularity;
+    if (addr % g != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Map(addr=", Hex(addr), ", size=", size,
+                       "): address not aligned to the granularity ", g));
+    }
+    // The reserved range that starts at or below addr must hold all of it.
+    bool inside = false;
+    if (auto r = ranges_.upper_bound(addr); r != ranges_.begin()) {
+      --r;
+      inside = addr + size > addr && addr + size <= r->first + r->second;
+    }
+    if (!inside) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Map(addr=", Hex(addr), ", size=", size,
+                       "): not inside a range reserved through this backend"));
+    }
+    auto next = mappings_.lower_bound(addr);
+    if (next != mappings_.end() && next->first < addr + size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Map(addr=", Hex(addr), ", size=", size,
+                       "): a chunk is already mapped at ", Hex(next->first)));
+    }
+    if (next != mappings_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size > addr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("Map(addr=", Hex(addr), ", size=", size,
+                         "): overlaps the chunk mapped at ", Hex(prev->first)));
+      }
+    }
+    // Claimed now, so a concurrent Map of the same place fails cleanly.
+    mappings_[addr] = MappingInfo{size, chunk, device, false};
+  }
+  absl::Status s = MakeCurrent(device);
+  if (s.ok()) {
+    if (CUresult r = driver_.cuMemMap(addr, size, 0, chunk, 0);
+        r != CUDA_SUCCESS) {
+      s = Error(r, absl::StrCat("cuMemMap(addr=", Hex(addr), ", size=", size,
+                                ", handle=", Hex(chunk), ")"));
+    }
+  }
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    mappings_.erase(addr);
+  }
+  return s;
+}
+
+absl::Status CudaBackend::DoUnmap(DevicePtr addr, size_t size) {
+  std::vector<std::pair<DevicePtr, MappingInfo>> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::vector<MappingMap::iterator>> cover =
+        Covering(addr, size, /*whole=*/true, /*need_access=*/false, "Unmap");
+    if (!cover.ok()) return cover.status();
+    for (MappingMap::iterator it : *cover) {
+      taken.emplace_back(it->first, it->second);
+      mappings_.erase(it);
+    }
+  }
+  // One driver call per chunk: the driver's contract is about whole mapped
+  // handles, and one call per chunk costs the same (../shared/notes).
+  for (size_t i = 0; i < taken.size(); ++i) {
+    const auto& [at, m] = taken[i];
+    absl::Status s = MakeCurrent(m.device);
+    if (s.ok()) {
+      if (CUresult r = driver_.cuMemUnmap(at, m.size); r != CUDA_SUCCESS) {
+        s = Error(r, absl::StrCat("cuMemUnmap(addr=", Hex(at),
+                                  ", size=", m.size, ")"));
+      }
+    }
+    if (!s.ok()) {
+      // What was not unmapped is still mapped: keep its books.
+      absl::MutexLock lock(&mu_);
+      for (size_t j = i; j < taken.size(); ++j) {
+        mappings_[taken[j].first] = taken[j].second;
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoSetAccess(DevicePtr addr, size_t size,
+                                      absl::Span<const int> devices) {
+  if (devices.empty()) {
+    return absl::InvalidArgumentError(
+        "SetAccess: no devices given; name at least one");
+  }
+  std::vector<CUmemAccessDesc> desc;
+  desc.reserve(devices.size());
+  for (int device : devices) {
+    if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+    CUmemAccessDesc a = {};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = devices_[device].device;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    desc.push_back(a);
+  }
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::vector<MappingMap::iterator>> cover = Covering(
+        addr, size, /*whole=*/true, /*need_access=*/false, "SetAccess");
+    if (!cover.ok()) return cover.status();
+    device = cover->front()->second.device;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (CUresult r = driver_.cuMemSetAccess(addr, size, desc.data(), desc.size());
+      r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuMemSetAccess(addr=", Hex(addr), ", size=", size,
+                        ", devices=", absl::StrJoin(devices, ","), ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  // Mark what is (still) mapped there; a concurrent unmap of it is the
+  // caller's race and leaves nothing to mark.
+  for (auto it = mappings_.lower_bound(addr);
+       it != mappings_.end() && it->first < addr + size; ++it) {
+    it->second.access = true;
+  }
+  return absl::OkStatus();
+}
+
+// --- Events
+// -------------------------------------------------------------------
+
+absl::StatusOr<EventHandle> CudaBackend::DoCreateEvent(int device) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  CUevent event = nullptr;
+  if (CUresult r = driver_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuEventCreate(device=", device,
+                                 ", CU_EVENT_DISABLE_TIMING)"));
+  }
+  const EventHandle handle = reinterpret_cast<EventHandle>(event);
+  absl::MutexLock lock(&mu_);
+  events_[handle] = device;
+  return handle;
+}
+
+absl::Status CudaBackend::DoDestroyEvent(EventHandle event) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "DestroyEvent: event ", Hex(event),
+          " was not created through this backend, or was destroyed already"));
+    }
+    device = it->second;
+    events_.erase(it);
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (CUresult r = driver_.cuEventDestroy(reinterpret_cast<CUevent>(event));
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuEventDestroy(event=", Hex(event), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoRecordEvent(EventHandle event,
+                                        StreamHandle stream) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("RecordEvent: event ", Hex(event),
+                       " was not created through this backend"));
+    }
+    device = it->second;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (CUresult r = driver_.cuEventRecord(reinterpret_cast<CUevent>(event),
+                                         reinterpret_cast<CUstream>(stream));
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuEventRecord(event=", Hex(event),
+                                 ", stream=", Hex(stream), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaBackend::DoQueryEvent(EventHandle event) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("QueryEvent: event ", Hex(event),
+                       " was not created through this backend"));
+    }
+    device = it->second;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  const CUresult r = driver_.cuEventQuery(reinterpret_cast<CUevent>(event));
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  return Error(r, absl::StrCat("cuEventQuery(event=", Hex(event), ")"));
+}
+
+absl::Status CudaBackend::DoSyncEvent(EventHandle event) {
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("SyncEvent: event ", Hex(event),
+                       " was not created through this backend"));
+    }
+    device = it->second;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (CUresult r = driver_.cuEventSynchronize(reinterpret_cast<CUevent>(event));
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuEventSynchronize(event=", Hex(event), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// --- Memory access
+// ------------------------------------------------------------
+
+absl::StatusOr<int> CudaBackend::AccessibleDevice(DevicePtr addr, size_t size,
+                                                  absl::string_view what) {
+  // Checked here rather than left to the driver: a copy to memory that is not
+  // mapped with access must not reach the GPU.
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<MappingMap::iterator>> cover =
+      Covering(addr, size, /*whole=*/false, /*need_access=*/true, what);
+  if (!cover.ok()) return cover.status();
+  return cover->front()->second.device;
+}
+
+absl::Status CudaBackend::Fill(DevicePtr addr, uint8_t value, size_t size) {
+  if (size == 0) return absl::OkStatus();
+  absl::StatusOr<int> device = AccessibleDevice(addr, size, "Fill");
+  if (!device.ok()) return device.status();
+  if (absl::Status s = MakeCurrent(*device); !s.ok()) return s;
+  if (CUresult r = driver_.cuMemsetD8(addr, value, size); r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuMemsetD8(addr=", Hex(addr),
+                                 ", value=", value, ", size=", size, ")"));
+  }
+  // cuMemsetD8 may return before the memory is set: wait, so the bytes are
+  // there for any reader (another process included) once Fill returns.
+  if (CUresult r = driver_.cuStreamSynchronize(nullptr); r != CUDA_SUCCESS) {
+    return Error(r,
+                 "cuStreamSynchronize(legacy default stream) after "
+                 "cuMemsetD8");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHost(void* dst, DevicePtr src, size_t size) {
+  if (size == 0) return absl::OkStatus();
+  if (dst == nullptr) {
+    return absl::InvalidArgumentError("CopyToHost: destination is null");
+  }
+  absl::StatusOr<int> device = AccessibleDevice(src, size, "CopyToHost");
+  if (!device.ok()) return device.status();
+  if (absl::Status s = MakeCurrent(*device); !s.ok()) return s;
+  // Synchronous for pageable host memory: the bytes are in `dst` on return.
+  if (CUresult r = driver_.cuMemcpyDtoH(dst, src, size); r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuMemcpyDtoH(src=", Hex(src), ", size=", size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyFromHost(DevicePtr dst, const void* src,
+                                       size_t size) {
+  if (size == 0) return absl::OkStatus();
+  if (src == nullptr) {
+    return absl::InvalidArgumentError("CopyFromHost: source is null");
+  }
+  absl::StatusOr<int> device = AccessibleDevice(dst, size, "CopyFromHost");
+  if (!device.ok()) return device.status();
+  if (absl::Status s = MakeCurrent(*device); !s.ok()) return s;
+  if (CUresult r = driver_.cuMemcpyHtoD(dst, src, size); r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuMemcpyHtoD(dst=", Hex(dst), ", size=", size, ")"));
+  }
+  // From pageable memory the driver may return once the bytes are staged,
+  // before they reach the device: wait, so another process reading the chunk
+  // after we return sees them.
+  if (CUresult r = driver_.cuStreamSynchronize(nullptr); r != CUDA_SUCCESS) {
+    return Error(r,
+                 "cuStreamSynchronize(legacy default stream) after "
+                 "cuMemcpyHtoD");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VmmBackend>> CreateCudaBackend() {
+  absl::StatusOr<const CudaDriver*> driver = LoadCudaDriver();
+  if (!driver.ok()) return driver.status();
+  auto backend = std::make_unique<CudaBackend>(*driver);
+  if (absl::Status s = backend->Init(); !s.ok()) return s;
+  return std::unique_ptr<VmmBackend>(std::move(backend));
+}
+
+}  // namespace gmlake
