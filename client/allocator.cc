@@ -1,0 +1,130 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/allocator.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gmlake {
+
+Allocator::Allocator(std::unique_ptr<ChunkSource> source,
+                     const AllocatorOptions& options)
+    : Allocator(source.get(), options) {
+  owned_source_ = std::move(source);
+}
+
+Allocator::Allocator(ChunkSource* source, const AllocatorOptions& options)
+    : source_(source) {
+  AllocatorOptions o = options;
+  // Small blocks never span chunks.
+  if (o.small_size > source->chunk_size(0) / 2) {
+    o.small_size = source->chunk_size(0) / 2;
+  }
+  const int n = source->backend()->device_count();
+  for (int d = 0; d < n; ++d) {
+    devices_.push_back(std::make_unique<DeviceAllocator>(d, source, o));
+  }
+  source_->SetReclaimHandler([this](int device, uint64_t bytes) -> uint64_t {
+    if (device < 0 || device >= device_count()) return 0;
+    return devices_[device]->Reclaim(bytes);
+  });
+}
+
+Allocator::~Allocator() {
+  source_->SetReclaimHandler(nullptr);
+  devices_.clear();
+}
+
+absl::Status Allocator::CheckDevice(int device) const {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device ", device, " does not exist (", device_count(),
+        " devices on the ", source_->backend()->name(), " backend)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DevicePtr> Allocator::Malloc(size_t size, int device,
+                                            StreamHandle stream) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  return devices_[device]->Malloc(size, stream);
+}
+
+absl::Status Allocator::Free(DevicePtr ptr) {
+  if (ptr == 0) return absl::OkStatus();
+  absl::Status first;
+  for (auto& d : devices_) {
+    absl::Status s = d->Free(ptr);
+    if (s.ok() || !absl::IsNotFound(s)) return s;
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status Allocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
+  absl::Status first;
+  for (auto& d : devices_) {
+    absl::Status s = d->RecordStream(ptr, stream);
+    if (s.ok() || !absl::IsNotFound(s)) return s;
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+uint64_t Allocator::EmptyCache() {
+  uint64_t n = 0;
+  for (auto& d : devices_) n += d->EmptyCache();
+  return n;
+}
+
+absl::Status Allocator::SetCapacity(int device, uint64_t bytes) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  absl::Status s = source_->SetCapacity(device, bytes);
+  if (!s.ok()) return s;
+  const AllocatorStats st = devices_[device]->stats();
+  const uint64_t reserved = static_cast<uint64_t>(st.reserved_bytes.current);
+  if (bytes != 0 && reserved > bytes) {
+    devices_[device]->Reclaim(reserved - bytes);
+  }
+  return absl::OkStatus();
+}
+
+AllocatorStats Allocator::stats(int device) const {
+  if (device >= 0 && device < device_count()) {
+    return devices_[device]->stats();
+  }
+  AllocatorStats all;
+  for (const auto& d : devices_) all.Merge(d->stats());
+  all.driver_calls = source_->backend()->call_stats();
+  return all;
+}
+
+void Allocator::ResetPeaks() {
+  for (auto& d : devices_) d->ResetPeaks();
+}
+
+std::string Allocator::SnapshotJson() const {
+  std::string segments = "[";
+  std::string traces = "[";
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    std::string s = devices_[i]->SegmentsJson();
+    // Join the per-device arrays into one.
+    if (s.size() > 2) {
+      absl::StrAppend(&segments, segments.size() > 1 ? "," : "",
+                      s.substr(1, s.size() - 2));
+    }
+    absl::StrAppend(&traces, i ? "," : "", "[]");
+  }
+  return absl::StrCat("{\"segments\":", segments,
+                      "],\"device_traces\":", traces, "]}");
+}
+
+absl::Status Allocator::CheckInvariants() const {
+  for (const auto& d : devices_) {
+    if (absl::Status s = d->CheckInvariants(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gmlake

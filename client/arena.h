@@ -1,0 +1,60 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Arena: the mechanism half of the allocator. A reserved virtual range cut
+// into pages of one chunk each, the chunk mapped at every page (0 where
+// none), which segment each mapped page belongs to, and the calls that map
+// and unmap runs of pages through the VMM layer. No decisions are made here.
+
+#ifndef GMLAKE_CLIENT_ARENA_H_
+#define GMLAKE_CLIENT_ARENA_H_
+
+#include <cstddef>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/block.h"
+#include "common/vmm.h"
+
+namespace gmlake {
+
+struct Arena {
+  VirtualRange range;
+  size_t page_size = 0;
+  size_t num_pages = 0;
+  bool small = false;
+  std::vector<ChunkHandle> chunk;       // per page; 0: unmapped
+  std::vector<Segment*> seg;            // per page; null: unmapped
+  std::map<size_t, Segment*> segments;  // by first page
+
+  // Reserves `bytes` (rounded down to whole pages) of address space.
+  static absl::StatusOr<std::unique_ptr<Arena>> Create(VmmBackend* backend,
+                                                       size_t bytes,
+                                                       size_t page_size,
+                                                       bool small);
+
+  DevicePtr base() const { return range.base(); }
+  DevicePtr PageAddr(size_t page) const { return base() + page * page_size; }
+  size_t PageOf(DevicePtr addr) const { return (addr - base()) / page_size; }
+  bool Contains(DevicePtr addr) const {
+    return addr >= base() && addr < base() + num_pages * page_size;
+  }
+};
+
+// Maps `chunks` at consecutive pages from `first_page` and gives `devices`
+// access to the run (one SetAccess for the run). All or nothing: on error,
+// what was mapped is unmapped again.
+absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
+                      absl::Span<const ChunkHandle> chunks,
+                      absl::Span<const int> devices);
+
+// Unmaps pages [first_page, first_page + count) and appends their chunks to
+// `out`.
+absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
+                        size_t count, std::vector<ChunkHandle>* out);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_ARENA_H_

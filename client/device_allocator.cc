@@ -1,0 +1,802 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/device_allocator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/stitch_policy.h"
+#include "common/bytes.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kRound = 512;  // as PyTorch rounds every request
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+std::vector<int> AllDevices(VmmBackend* backend) {
+  std::vector<int> d(backend->device_count());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int>(i);
+  return d;
+}
+
+}  // namespace
+
+DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
+                                 const AllocatorOptions& options)
+    : device_(device),
+      source_(source),
+      backend_(source->backend()),
+      options_(options),
+      page_size_(source->chunk_size(device)),
+      // Every device may touch every allocation (peer access), as with
+      // cudaMalloc memory under CUDA's default peer settings for VMM.
+      access_devices_(AllDevices(source->backend())) {}
+
+DeviceAllocator::~DeviceAllocator() {
+  absl::MutexLock lock(&mu_);
+  SettleAll().IgnoreError();
+  std::vector<ChunkHandle> chunks;
+  for (auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (auto& arena : *arenas) {
+      for (size_t p = 0; p < arena->num_pages; ++p) {
+        if (arena->chunk[p] != 0) {
+          UnmapPages(backend_, arena.get(), p, 1, &chunks).IgnoreError();
+        }
+      }
+      for (auto& [first, seg] : arena->segments) delete seg;
+    }
+  }
+  chunks.insert(chunks.end(), cached_.begin(), cached_.end());
+  cached_.clear();
+  if (!chunks.empty()) source_->Return(device_, chunks);
+  for (EventHandle e : idle_events_) backend_->DestroyEvent(e).IgnoreError();
+}
+
+Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small) {
+  Pool*& last = last_pool_[small];
+  if (last != nullptr && last->stream == stream) return last;
+  for (auto& p : pools_) {
+    if (p->stream == stream && p->small == small) return last = p.get();
+  }
+  pools_.push_back(std::make_unique<Pool>());
+  pools_.back()->stream = stream;
+  pools_.back()->small = small;
+  return last = pools_.back().get();
+}
+
+// --- The fast path
+// ---------------------------------------------------------------
+
+absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
+                                                  StreamHandle stream) {
+  if (size == 0) return DevicePtr{0};
+  const size_t rounded = RoundUp(size, kRound);
+  absl::MutexLock lock(&mu_);
+  if (!pending_.empty()) ProcessPending();
+  Pool* pool = GetPool(stream, rounded <= options_.small_size);
+  Block* b = pool->free.Find(rounded);
+  if (b != nullptr) {
+    pool->free.Remove(b);
+  } else {
+    absl::StatusOr<Block*> grown = Grow(pool, rounded);
+    if (!grown.ok() && absl::IsResourceExhausted(grown.status())) {
+      // Before failing: wait for every stream, so that memory held back for
+      // other streams' work becomes usable, and try once more.
+      ++stats_.num_alloc_retries;
+      if (SettleAll().ok()) {
+        ProcessPending();
+        grown = Grow(pool, rounded);
+      }
+    }
+    if (!grown.ok()) {
+      ++stats_.num_ooms;
+      return absl::Status(grown.status().code(),
+                          OutOfMemoryMessage(size, stream, grown.status()));
+    }
+    b = *grown;
+  }
+  Allocate(b, rounded, size);
+  return b->addr;
+}
+
+void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
+  stats_.inactive_split_bytes.Add(-static_cast<int64_t>(b->size));
+  if (b->size - size >= kRound) {
+    Block* rest = blocks_.New();
+    rest->addr = b->addr + size;
+    rest->size = b->size - size;
+    rest->pool = b->pool;
+    rest->segment = b->segment;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    if (b->segment->tail == b) b->segment->tail = rest;
+    b->size = size;
+    // b was a maximal free run of its pool, so rest has no free neighbour
+    // of the same pool to merge with.
+    rest->pool->free.Insert(rest);
+    stats_.inactive_split_bytes.Add(static_cast<int64_t>(rest->size));
+  }
+  b->state = BlockState::kAllocated;
+  b->requested = requested;
+  live_[b->addr] = b;
+  ++stats_.num_mallocs;
+  stats_.allocated_bytes.Add(static_cast<int64_t>(b->size));
+  stats_.requested_bytes.Add(static_cast<int64_t>(requested));
+  stats_.active_bytes.Add(static_cast<int64_t>(b->size));
+  stats_.allocation.Add(1);
+  stats_.active.Add(1);
+}
+
+absl::Status DeviceAllocator::Free(DevicePtr ptr) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "free(0x%x): not a live allocation of device %d (freed twice, or "
+        "not from gmlake?)",
+        ptr, device_));
+  }
+  Block* b = it->second;
+  live_.erase(it);
+  ++stats_.num_frees;
+  stats_.allocated_bytes.Add(-static_cast<int64_t>(b->size));
+  stats_.requested_bytes.Add(-static_cast<int64_t>(b->requested));
+  stats_.allocation.Add(-1);
+  if (!other_streams_.empty()) {
+    auto o = other_streams_.find(ptr);
+    if (o != other_streams_.end()) {
+      // Reuse must wait for the other streams' work queued up to now.
+      Pending pending{b, {}};
+      for (StreamHandle s : o->second) {
+        EventHandle e = 0;
+        if (!idle_events_.empty()) {
+          e = idle_events_.back();
+          idle_events_.pop_back();
+        } else {
+          absl::StatusOr<EventHandle> made = backend_->CreateEvent(device_);
+          if (!made.ok()) return made.status();
+          e = *made;
+        }
+        absl::Status rec = backend_->RecordEvent(e, s);
+        if (!rec.ok()) return rec;
+        pending.events.push_back(e);
+      }
+      other_streams_.erase(o);
+      b->state = BlockState::kPending;
+      pending_.push_back(std::move(pending));
+      return absl::OkStatus();
+    }
+  }
+  stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
+  stats_.active.Add(-1);
+  stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
+  InsertFree(b);
+  return absl::OkStatus();
+}
+
+Block* DeviceAllocator::InsertFree(Block* b) {
+  Pool* pool = b->pool;
+  Segment* seg = b->segment;
+  Block* prev = b->prev;
+  if (prev != nullptr && prev->state == BlockState::kFree &&
+      prev->pool == pool) {
+    pool->free.Remove(prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next != nullptr) b->next->prev = prev;
+    if (seg->tail == b) seg->tail = prev;
+    blocks_.Delete(b);
+    b = prev;
+  }
+  Block* next = b->next;
+  if (next != nullptr && next->state == BlockState::kFree &&
+      next->pool == pool) {
+    pool->free.Remove(next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next != nullptr) next->next->prev = b;
+    if (seg->tail == next) seg->tail = b;
+    blocks_.Delete(next);
+  }
+  pool->free.Insert(b);
+  return b;
+}
+
+absl::Status DeviceAllocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "record_stream(0x%x): not a live allocation of device %d", ptr,
+        device_));
+  }
+  if (it->second->pool->stream == stream) return absl::OkStatus();
+  std::vector<StreamHandle>& streams = other_streams_[ptr];
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+    streams.push_back(stream);
+  }
+  return absl::OkStatus();
+}
+
+void DeviceAllocator::ProcessPending() {
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
+    bool done = true;
+    for (EventHandle e : p.events) {
+      absl::StatusOr<bool> q = backend_->QueryEvent(e);
+      if (!q.ok() || !*q) {
+        done = false;
+        break;
+      }
+    }
+    if (!done) {
+      pending_[kept++] = std::move(p);
+      continue;
+    }
+    idle_events_.insert(idle_events_.end(), p.events.begin(), p.events.end());
+    Block* b = p.block;
+    stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
+    stats_.active.Add(-1);
+    stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
+    InsertFree(b);
+  }
+  pending_.resize(kept);
+}
+
+absl::Status DeviceAllocator::Settle(StreamHandle stream) {
+  EventHandle e = 0;
+  if (!idle_events_.empty()) {
+    e = idle_events_.back();
+    idle_events_.pop_back();
+  } else {
+    absl::StatusOr<EventHandle> made = backend_->CreateEvent(device_);
+    if (!made.ok()) return made.status();
+    e = *made;
+  }
+  absl::Status s = backend_->RecordEvent(e, stream);
+  if (s.ok()) s = backend_->SyncEvent(e);
+  idle_events_.push_back(e);
+  return s;
+}
+
+absl::Status DeviceAllocator::SettleAll() {
+  for (auto& p : pools_) {
+    absl::Status s = Settle(p->stream);
+    if (!s.ok()) return s;
+  }
+  for (Pending& p : pending_) {
+    for (EventHandle e : p.events) {
+      absl::Status s = backend_->SyncEvent(e);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- The slow path
+// ---------------------------------------------------------------
+
+Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
+  for (auto& other : pools_) {
+    if (other.get() == pool || other->small != pool->small) continue;
+    Block* b = other->free.Find(size);
+    if (b == nullptr) continue;
+    // The block's last user may still be running on its stream.
+    if (!Settle(other->stream).ok()) continue;
+    other->free.Remove(b);
+    b->pool = pool;
+    ++stats_.cross_stream_reuses;
+    return b;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(
+      backend_, small ? options_.small_arena : options_.large_arena, page_size_,
+      small);
+  if (!arena.ok()) return arena.status();
+  auto& list = small ? small_arenas_ : large_arenas_;
+  list.push_back(*std::move(arena));
+  return list.back().get();
+}
+
+absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
+  if (Block* b = TakeFromOtherStream(pool, size)) return b;
+
+  // Where to map.
+  Arena* arena = nullptr;
+  size_t first_page = 0;
+  size_t pages = 0;
+  const Block* keep_a = nullptr;
+  const Block* keep_b = nullptr;
+  if (pool->small) {
+    // One chunk, anywhere: small blocks never span chunks.
+    pages = 1;
+    for (auto& a : small_arenas_) {
+      auto it = std::find(a->chunk.begin(), a->chunk.end(), ChunkHandle{0});
+      if (it != a->chunk.end()) {
+        arena = a.get();
+        first_page = it - a->chunk.begin();
+        break;
+      }
+    }
+  } else {
+    std::vector<GapView> gaps;
+    std::vector<std::pair<Arena*, std::pair<const Block*, const Block*>>>
+        owners;
+    for (auto& a : large_arenas_) {
+      size_t cursor = 0;
+      const Segment* left = nullptr;
+      auto add_gap = [&](size_t end, const Segment* right) {
+        if (end <= cursor) return;
+        GapView g{cursor, end - cursor, 0, 0};
+        const Block* lb = left != nullptr ? left->tail : nullptr;
+        const Block* rb = right != nullptr ? right->head : nullptr;
+        if (lb && (lb->state != BlockState::kFree || lb->pool != pool)) {
+          lb = nullptr;
+        }
+        if (rb && (rb->state != BlockState::kFree || rb->pool != pool)) {
+          rb = nullptr;
+        }
+        g.free_before = lb ? lb->size : 0;
+        g.free_after = rb ? rb->size : 0;
+        gaps.push_back(g);
+        owners.push_back({a.get(), {lb, rb}});
+      };
+      for (const auto& [first, seg] : a->segments) {
+        add_gap(first, seg);
+        cursor = seg->end_page();
+        left = seg;
+      }
+      add_gap(a->num_pages, nullptr);
+    }
+    std::optional<Placement> placement =
+        ChoosePlacement(gaps, size, page_size_);
+    if (placement) {
+      arena = owners[placement->gap].first;
+      keep_a = owners[placement->gap].second.first;
+      keep_b = owners[placement->gap].second.second;
+      first_page = placement->first_page;
+      pages = placement->pages;
+    } else {
+      pages = (size + page_size_ - 1) / page_size_;
+    }
+  }
+  if (arena == nullptr) {
+    absl::StatusOr<Arena*> made = NewArena(pool->small);
+    if (!made.ok()) return made.status();
+    arena = *made;
+    first_page = 0;
+    if (pages > arena->num_pages) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a request of ", FormatBytes(size), " exceeds the arena (",
+          FormatBytes(arena->num_pages * page_size_),
+          "): raise large_arena in GMLAKE_CONF"));
+    }
+  }
+
+  // What to map there.
+  bool stole = false;
+  absl::StatusOr<std::vector<ChunkHandle>> chunks =
+      GatherChunks(pages, keep_a, keep_b, &stole);
+  if (!chunks.ok()) return chunks.status();
+  absl::Status mapped =
+      MapPages(backend_, arena, first_page, *chunks, access_devices_);
+  if (!mapped.ok()) {
+    cached_.insert(cached_.end(), chunks->begin(), chunks->end());
+    return mapped;
+  }
+  if (stole) {
+    ++stats_.stitches;
+    stats_.stitched_bytes += static_cast<int64_t>(pages * page_size_);
+  }
+  Block* b = AdoptPages(arena, first_page, pages, pool);
+  if (b->size < size) {
+    // The policy promised a fit; if the books disagree, keep the pages and
+    // look again rather than hand out too little.
+    InsertFree(b);
+    return Grow(pool, size);
+  }
+  return b;
+}
+
+absl::StatusOr<std::vector<ChunkHandle>> DeviceAllocator::GatherChunks(
+    size_t count, const Block* keep_a, const Block* keep_b, bool* stole) {
+  std::vector<ChunkHandle> out;
+  out.reserve(count);
+  while (out.size() < count && !cached_.empty()) {
+    out.push_back(cached_.back());
+    cached_.pop_back();
+  }
+  if (out.size() < count && options_.stitch) {
+    *stole = StealPages(count - out.size(), keep_a, keep_b, &out) > 0;
+  }
+  if (out.size() < count) {
+    const size_t missing = count - out.size();
+    absl::StatusOr<std::vector<ChunkHandle>> more =
+        source_->Acquire(device_, missing);
+    if (!more.ok()) {
+      cached_.insert(cached_.end(), out.begin(), out.end());
+      stats_.cached_chunks = static_cast<int64_t>(cached_.size());
+      return more.status();
+    }
+    out.insert(out.end(), more->begin(), more->end());
+    stats_.chunks_acquired += static_cast<int64_t>(missing);
+    stats_.reserved_bytes.Add(static_cast<int64_t>(missing * page_size_));
+  }
+  stats_.cached_chunks = static_cast<int64_t>(cached_.size());
+  return out;
+}
+
+size_t DeviceAllocator::StealPages(size_t count, const Block* keep_a,
+                                   const Block* keep_b,
+                                   std::vector<ChunkHandle>* out) {
+  struct Candidate {
+    Block* block;
+    size_t pages;
+  };
+  std::vector<Candidate> candidates;
+  std::vector<VictimView> views;
+  for (auto& pool : pools_) {
+    pool->free.ForEach([&](Block* b) {
+      if (b == keep_a || b == keep_b) return;
+      const Arena* a = b->segment->arena;
+      const size_t first = (b->addr - a->base() + page_size_ - 1) / page_size_;
+      const size_t end = (b->end() - a->base()) / page_size_;
+      if (end <= first) return;
+      candidates.push_back({b, end - first});
+      views.push_back({b->size, end - first, b->addr});
+    });
+  }
+  size_t got = 0;
+  std::vector<StreamHandle> settled;
+  for (size_t i : OrderVictims(views)) {
+    if (got >= count) break;
+    Block* b = candidates[i].block;
+    const StreamHandle stream = b->pool->stream;
+    if (std::find(settled.begin(), settled.end(), stream) == settled.end()) {
+      // Unmapping does not wait for kernels still touching the memory.
+      if (!Settle(stream).ok()) continue;
+      settled.push_back(stream);
+    }
+    const size_t take = std::min(candidates[i].pages, count - got);
+    if (CutPages(b, take, out).ok()) {
+      got += take;
+      stats_.chunks_stolen += static_cast<int64_t>(take);
+    }
+  }
+  return got;
+}
+
+absl::Status DeviceAllocator::CutPages(Block* f, size_t pages,
+                                       std::vector<ChunkHandle>* out) {
+  Segment* seg = f->segment;
+  Arena* a = seg->arena;
+  Pool* pool = f->pool;
+  const size_t q1 = (f->end() - a->base()) / page_size_;
+  const size_t q0 = q1 - pages;
+  const DevicePtr cut0 = a->PageAddr(q0);
+  const DevicePtr cut1 = a->PageAddr(q1);
+  const size_t seg_end = seg->end_page();
+
+  const size_t before_unmap = out->size();
+  absl::Status s = UnmapPages(backend_, a, q0, pages, out);
+  if (!s.ok()) {
+    // Put back what was unmapped before the failure; the books stay as
+    // they were.
+    std::vector<ChunkHandle> undo(out->begin() + before_unmap, out->end());
+    out->resize(before_unmap);
+    if (!undo.empty() &&
+        MapPages(backend_, a, q0, undo, access_devices_).ok()) {
+      for (size_t p = q0; p < q0 + undo.size(); ++p) a->seg[p] = seg;
+    }
+    return s;
+  }
+  pool->free.Remove(f);
+  stats_.inactive_split_bytes.Add(-static_cast<int64_t>(pages * page_size_));
+
+  // The part of f after the cut heads the right-hand segment.
+  Block* right = nullptr;
+  Block* after = f->next;
+  if (cut1 < f->end()) {
+    right = blocks_.New();
+    right->addr = cut1;
+    right->size = f->end() - cut1;
+    right->pool = pool;
+    right->next = f->next;
+    if (f->next != nullptr) f->next->prev = right;
+    after = right;
+  }
+  // The part before the cut ends the left-hand segment.
+  Block* before = f->prev;
+  if (cut0 > f->addr) {
+    f->size = cut0 - f->addr;
+    before = f;
+  } else {
+    blocks_.Delete(f);
+    f = nullptr;
+  }
+  if (before != nullptr) before->next = nullptr;
+  if (after != nullptr) after->prev = nullptr;
+
+  if (before != nullptr) {
+    seg->num_pages = q0 - seg->first_page;
+    seg->tail = before;
+  }
+  if (after != nullptr) {
+    // The pages after the cut form a segment of their own: a new one when
+    // the left part keeps `seg`, else `seg` itself, moved.
+    Segment* right_seg = seg;
+    if (before != nullptr) {
+      right_seg = new Segment();
+      right_seg->arena = a;
+      stats_.segment.Add(1);
+    } else {
+      a->segments.erase(seg->first_page);
+    }
+    right_seg->first_page = q1;
+    right_seg->num_pages = seg_end - q1;
+    right_seg->head = after;
+    for (Block* b = after; b != nullptr; b = b->next) {
+      b->segment = right_seg;
+      right_seg->tail = b;
+    }
+    for (size_t p = q1; p < seg_end; ++p) a->seg[p] = right_seg;
+    a->segments[q1] = right_seg;
+  } else if (before == nullptr) {
+    a->segments.erase(seg->first_page);
+    delete seg;
+    stats_.segment.Add(-1);
+  }
+  // Neither remainder can merge: f was a maximal free run of its pool.
+  if (f != nullptr) pool->free.Insert(f);
+  if (right != nullptr) pool->free.Insert(right);
+  return absl::OkStatus();
+}
+
+Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
+                                   Pool* pool) {
+  const size_t end = first_page + pages;
+  Block* n = blocks_.New();
+  n->addr = a->PageAddr(first_page);
+  n->size = pages * page_size_;
+  n->pool = pool;
+  Segment* left =
+      (!a->small && first_page > 0) ? a->seg[first_page - 1] : nullptr;
+  Segment* right = (!a->small && end < a->num_pages) ? a->seg[end] : nullptr;
+  Segment* seg = left;
+  if (left != nullptr) {
+    left->tail->next = n;
+    n->prev = left->tail;
+    left->tail = n;
+    left->num_pages += pages;
+  } else {
+    seg = new Segment();
+    seg->arena = a;
+    seg->first_page = first_page;
+    seg->num_pages = pages;
+    seg->head = seg->tail = n;
+    a->segments[first_page] = seg;
+    stats_.segment.Add(1);
+  }
+  n->segment = seg;
+  for (size_t p = first_page; p < end; ++p) a->seg[p] = seg;
+  if (right != nullptr) {
+    n->next = right->head;
+    right->head->prev = n;
+    for (Block* b = right->head; b != nullptr; b = b->next) b->segment = seg;
+    for (size_t p = right->first_page; p < right->end_page(); ++p) {
+      a->seg[p] = seg;
+    }
+    seg->num_pages += right->num_pages;
+    seg->tail = right->tail;
+    a->segments.erase(right->first_page);
+    delete right;
+    stats_.segment.Add(-1);
+  }
+  stats_.inactive_split_bytes.Add(static_cast<int64_t>(pages * page_size_));
+  Block* merged = InsertFree(n);
+  pool->free.Remove(merged);
+  return merged;
+}
+
+// --- Giving memory back
+// ------------------------------------------------------------
+
+void DeviceAllocator::ReturnChunks(std::vector<ChunkHandle>* chunks) {
+  if (chunks->empty()) return;
+  source_->Return(device_, *chunks);
+  stats_.chunks_returned += static_cast<int64_t>(chunks->size());
+  stats_.reserved_bytes.Add(-static_cast<int64_t>(chunks->size() * page_size_));
+  chunks->clear();
+}
+
+uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  SettleAll().IgnoreError();
+  ProcessPending();
+  const size_t want = (bytes + page_size_ - 1) / page_size_;
+  std::vector<ChunkHandle> chunks;
+  while (chunks.size() < want && !cached_.empty()) {
+    chunks.push_back(cached_.back());
+    cached_.pop_back();
+  }
+  if (chunks.size() < want) {
+    StealPages(want - chunks.size(), nullptr, nullptr, &chunks);
+  }
+  stats_.cached_chunks = static_cast<int64_t>(cached_.size());
+  const uint64_t returned = chunks.size() * page_size_;
+  ReturnChunks(&chunks);
+  return returned;
+}
+
+uint64_t DeviceAllocator::EmptyCache() {
+  return Reclaim(~uint64_t{0} - (uint64_t{1} << 40));
+}
+
+// --- Reporting
+// -----------------------------------------------------------------------
+
+AllocatorStats DeviceAllocator::stats() const {
+  absl::MutexLock lock(&mu_);
+  AllocatorStats s = stats_;
+  s.driver_calls = backend_->call_stats();
+  return s;
+}
+
+void DeviceAllocator::ResetPeaks() {
+  absl::MutexLock lock(&mu_);
+  stats_.ResetPeaks();
+}
+
+std::string DeviceAllocator::OutOfMemoryMessage(
+    size_t size, StreamHandle stream, const absl::Status& cause) const {
+  const uint64_t cached_free =
+      static_cast<uint64_t>(stats_.inactive_split_bytes.current +
+                            static_cast<int64_t>(cached_.size() * page_size_));
+  const uint64_t capacity = source_->capacity_bytes(device_);
+  return absl::StrCat(
+      "gmlake: out of memory on device ", device_, ": tried to allocate ",
+      FormatBytes(size), " on stream ", stream, "; this process has ",
+      FormatBytes(stats_.allocated_bytes.current), " allocated in ",
+      stats_.allocation.current, " blocks, ",
+      FormatBytes(stats_.reserved_bytes.current), " reserved (",
+      FormatBytes(cached_free), " of it free but not usable for this request)",
+      capacity ? absl::StrCat(", capacity ", FormatBytes(capacity)) : "",
+      "; the ", source_->name(), " lake said: ", cause.message(),
+      ". Free tensors, lower the batch, or raise the capacity "
+      "(GMLAKE_CONF=capacity:...).");
+}
+
+std::string DeviceAllocator::SegmentsJson() const {
+  absl::MutexLock lock(&mu_);
+  std::string out = "[";
+  bool first_seg = true;
+  for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (const auto& a : *arenas) {
+      for (const auto& [first, seg] : a->segments) {
+        int64_t allocated = 0, active = 0, requested = 0;
+        std::string blocks;
+        for (const Block* b = seg->head; b != nullptr; b = b->next) {
+          const bool live = b->state == BlockState::kAllocated;
+          const bool act = live || b->state == BlockState::kPending;
+          if (live) allocated += b->size, requested += b->requested;
+          if (act) active += b->size;
+          absl::StrAppend(&blocks, blocks.empty() ? "" : ",",
+                          "{\"address\":", b->addr, ",\"size\":", b->size,
+                          ",\"requested_size\":", live ? b->requested : 0,
+                          ",\"state\":\"",
+                          live ? "active_allocated"
+                               : (act ? "active_pending_free" : "inactive"),
+                          "\",\"frames\":[]}");
+        }
+        absl::StrAppend(&out, first_seg ? "" : ",", "{\"device\":", device_,
+                        ",\"address\":", a->PageAddr(seg->first_page),
+                        ",\"total_size\":", seg->num_pages * page_size_,
+                        ",\"allocated_size\":", allocated,
+                        ",\"active_size\":", active,
+                        ",\"requested_size\":", requested,
+                        ",\"stream\":", seg->head->pool->stream,
+                        ",\"segment_type\":\"", a->small ? "small" : "large",
+                        "\",\"segment_pool_id\":[0,0],\"is_expandable\":true,"
+                        "\"frames\":[],\"blocks\":[",
+                        blocks, "]}");
+        first_seg = false;
+      }
+    }
+  }
+  absl::StrAppend(&out, "]");
+  return out;
+}
+
+absl::Status DeviceAllocator::CheckInvariants() const {
+  absl::MutexLock lock(&mu_);
+  int64_t allocated = 0, free_bytes = 0, mapped_pages = 0, live = 0;
+  size_t free_blocks = 0;
+  for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (const auto& a : *arenas) {
+      size_t prev_end = 0;
+      for (const auto& [first, seg] : a->segments) {
+        if (seg->first_page != first || seg->num_pages == 0) {
+          return absl::InternalError("segment map out of step");
+        }
+        if (first < prev_end || (!a->small && first == prev_end && first)) {
+          return absl::InternalError(
+              absl::StrCat("segments overlap or touch at page ", first));
+        }
+        prev_end = seg->end_page();
+        for (size_t p = first; p < seg->end_page(); ++p) {
+          if (a->chunk[p] == 0 || a->seg[p] != seg) {
+            return absl::InternalError(
+                absl::StrCat("page ", p, " of a segment is not mapped to it"));
+          }
+        }
+        mapped_pages += seg->num_pages;
+        DevicePtr expect = a->PageAddr(first);
+        const Block* last = nullptr;
+        for (const Block* b = seg->head; b != nullptr; b = b->next) {
+          if (b->addr != expect || b->segment != seg || b->prev != last) {
+            return absl::InternalError(absl::StrFormat(
+                "blocks do not tile the segment at 0x%x", expect));
+          }
+          if (b->state == BlockState::kFree) {
+            ++free_blocks;
+            free_bytes += b->size;
+            if (last && last->state == BlockState::kFree &&
+                last->pool == b->pool) {
+              return absl::InternalError("two free neighbours not merged");
+            }
+          } else if (b->state == BlockState::kAllocated) {
+            allocated += b->size;
+            ++live;
+          } else if (b->state != BlockState::kPending) {
+            return absl::InternalError("a detached block in a segment");
+          }
+          expect = b->end();
+          last = b;
+        }
+        if (expect != a->PageAddr(seg->end_page()) || seg->tail != last) {
+          return absl::InternalError("segment tail out of step");
+        }
+      }
+      for (size_t p = 0; p < a->num_pages; ++p) {
+        if ((a->chunk[p] == 0) != (a->seg[p] == nullptr)) {
+          return absl::InternalError("page tables disagree");
+        }
+      }
+    }
+  }
+  size_t indexed = 0;
+  for (const auto& p : pools_) indexed += p->free.count();
+  if (indexed != free_blocks) {
+    return absl::InternalError(absl::StrCat(indexed, " blocks indexed, ",
+                                            free_blocks, " free in segments"));
+  }
+  if (allocated != stats_.allocated_bytes.current ||
+      live != static_cast<int64_t>(live_.size())) {
+    return absl::InternalError("allocated bytes out of step");
+  }
+  if ((mapped_pages + static_cast<int64_t>(cached_.size())) *
+          static_cast<int64_t>(page_size_) !=
+      stats_.reserved_bytes.current) {
+    return absl::InternalError(absl::StrCat(
+        "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,
+        " pages mapped and ", cached_.size(), " cached"));
+  }
+  if (free_bytes != stats_.inactive_split_bytes.current) {
+    return absl::InternalError(
+        absl::StrCat("inactive_split ", stats_.inactive_split_bytes.current,
+                     " but free blocks hold ", free_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gmlake

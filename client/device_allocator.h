@@ -1,0 +1,163 @@
+// Copyright 2026 The GMLake Authors.
+//
+// DeviceAllocator: the caching allocator with virtual memory stitching, for
+// one device. See docs/design.md ("The allocator") for the whole picture.
+//
+// Requests are rounded to 512 bytes. Those up to small_size come from the
+// small arena, where every segment is one chunk and nothing is stitched;
+// larger ones from the large arena. Each (stream, kind) has a Pool whose
+// FreeIndex finds a fitting free block in O(1): the fast path, which makes
+// no driver call and allocates no memory. When nothing fits (the slow path):
+//   1. a free block of another stream is taken once that stream's work up
+//      to now has finished (an event recorded and waited for);
+//   2. the policy (stitch_policy.h) picks a gap of the arena to map chunks
+//      into, next to free bytes it can join;
+//   3. chunks come from those held unmapped, then from free blocks elsewhere
+//      (whole free pages unmapped there and mapped here: the stitch), and
+//      only then from the lake (ChunkSource);
+//   4. if the lake says no, every stream is waited for and it tries once
+//      more, then fails with an out-of-memory status that says what was
+//      asked, live, reserved and cached.
+// Freed blocks merge with free neighbours of the same pool and stay mapped,
+// so the sizes a training step repeats are served by the fast path.
+
+#ifndef GMLAKE_CLIENT_DEVICE_ALLOCATOR_H_
+#define GMLAKE_CLIENT_DEVICE_ALLOCATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/arena.h"
+#include "client/block.h"
+#include "client/chunk_source.h"
+#include "client/free_index.h"
+#include "client/options.h"
+#include "client/stats.h"
+
+namespace gmlake {
+
+struct Pool {
+  StreamHandle stream = 0;
+  bool small = false;
+  FreeIndex free;
+};
+
+class DeviceAllocator {
+ public:
+  // `source` must outlive the allocator.
+  DeviceAllocator(int device, ChunkSource* source,
+                  const AllocatorOptions& options);
+  // Unmaps everything and returns every chunk to the source.
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // Allocates `size` bytes for use on `stream`. 0 bytes gives 0 (null).
+  // ResourceExhausted with a full account when memory cannot be found.
+  absl::StatusOr<DevicePtr> Malloc(size_t size, StreamHandle stream);
+  // Frees an allocation of this device. NotFound if `ptr` is not one (never
+  // allocated here, or freed already).
+  absl::Status Free(DevicePtr ptr);
+  // Notes that `ptr` is also used on `stream`: when freed, it is reused
+  // only after the work queued on `stream` up to the free has finished.
+  absl::Status RecordStream(DevicePtr ptr, StreamHandle stream);
+
+  // Gives every cached free chunk back to the source. Returns the bytes.
+  uint64_t EmptyCache();
+  // Gives back up to `bytes` of cached free chunks (at least what is asked,
+  // rounded up to chunks, when there is that much). Returns the bytes.
+  uint64_t Reclaim(uint64_t bytes);
+
+  AllocatorStats stats() const;
+  void ResetPeaks();
+  // The segments in the format of torch.cuda.memory._snapshot()["segments"]
+  // (a JSON array).
+  std::string SegmentsJson() const;
+  // Checks every invariant of the books (tests call it after each step).
+  absl::Status CheckInvariants() const;
+
+  int device() const { return device_; }
+
+ private:
+  Pool* GetPool(StreamHandle stream, bool small)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks (part of) free block `b`, already out of its index, allocated.
+  void Allocate(Block* b, size_t size, size_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a free block back, merging with free neighbours of its pool.
+  Block* InsertFree(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProcessPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the work queued on `stream` so far has finished.
+  absl::Status Settle(StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SettleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The slow path: a free block of at least `size` bytes for `pool`, out of
+  // the index.
+  absl::StatusOr<Block*> Grow(Pool* pool, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* TakeFromOtherStream(Pool* pool, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Arena*> NewArena(bool small)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gathers `count` chunks: cached, stolen from free blocks (not `keep_a`
+  // or `keep_b`), then from the source. On failure what was gathered stays
+  // cached.
+  absl::StatusOr<std::vector<ChunkHandle>> GatherChunks(size_t count,
+                                                        const Block* keep_a,
+                                                        const Block* keep_b,
+                                                        bool* stole)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps up to `count` whole free pages from free blocks, smallest block
+  // first; appends their chunks to `out`. Returns how many.
+  size_t StealPages(size_t count, const Block* keep_a, const Block* keep_b,
+                    std::vector<ChunkHandle>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the last `pages` whole pages of free block `f` and splits its
+  // segment around them.
+  absl::Status CutPages(Block* f, size_t pages, std::vector<ChunkHandle>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After MapPages: a free block over the new pages, joined to the segments
+  // on either side (unless `arena` is small), merged and out of the index.
+  Block* AdoptPages(Arena* arena, size_t first_page, size_t pages, Pool* pool)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReturnChunks(std::vector<ChunkHandle>* chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string OutOfMemoryMessage(size_t size, StreamHandle stream,
+                                 const absl::Status& cause) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int device_;
+  ChunkSource* const source_;
+  VmmBackend* const backend_;
+  const AllocatorOptions options_;
+  const size_t page_size_;
+  const std::vector<int> access_devices_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Arena>> large_arenas_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Arena>> small_arenas_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Pool>> pools_ ABSL_GUARDED_BY(mu_);
+  Pool* last_pool_[2] ABSL_GUARDED_BY(mu_) = {nullptr, nullptr};
+  absl::flat_hash_map<DevicePtr, Block*> live_ ABSL_GUARDED_BY(mu_);
+  // Streams other than its own that an allocation was used on.
+  absl::flat_hash_map<DevicePtr, std::vector<StreamHandle>> other_streams_
+      ABSL_GUARDED_BY(mu_);
+  struct Pending {
+    Block* block;
+    std::vector<EventHandle> events;
+  };
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
+  std::vector<ChunkHandle> cached_ ABSL_GUARDED_BY(mu_);
+  ObjectPool<Block> blocks_ ABSL_GUARDED_BY(mu_);
+  AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_DEVICE_ALLOCATOR_H_

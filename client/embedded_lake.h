@@ -1,0 +1,66 @@
+// Copyright 2026 The GMLake Authors.
+//
+// EmbeddedLake: the in-process chunk source used when no gmlaked runs.
+
+#ifndef GMLAKE_CLIENT_EMBEDDED_LAKE_H_
+#define GMLAKE_CLIENT_EMBEDDED_LAKE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "client/chunk_source.h"
+
+namespace gmlake {
+
+// Creates chunks through the VMM layer on demand, up to a per-device
+// capacity, and keeps chunks returned to it for the next Acquire (creating a
+// chunk costs a driver call; reusing one does not). Trim() releases the kept
+// ones to the driver.
+class EmbeddedLake : public ChunkSource {
+ public:
+  // Uses `backend`, which must outlive the lake. `chunk_size` 0 means the
+  // backend's granularity.
+  EmbeddedLake(VmmBackend* backend, size_t chunk_size);
+  // Owns `backend`.
+  EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size);
+  ~EmbeddedLake() override;
+
+  absl::string_view name() const override { return "embedded"; }
+  std::string Describe() const override;
+  VmmBackend* backend() override { return backend_; }
+  size_t chunk_size(int device) const override { return chunk_size_; }
+  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
+                                                   size_t count) override;
+  void Return(int device, absl::Span<const ChunkHandle> chunks) override;
+  uint64_t capacity_bytes(int device) const override;
+  absl::Status SetCapacity(int device, uint64_t bytes) override;
+  // The embedded lake has no other clients, so it never asks for memory
+  // back; the handler is kept for symmetry and never called.
+  void SetReclaimHandler(ReclaimHandler handler) override {}
+
+  // Releases every chunk returned to the lake and not acquired again.
+  // Returns how many bytes went back to the driver.
+  uint64_t Trim();
+  // Bytes of chunks handed out and not returned, on `device`.
+  uint64_t held_bytes(int device) const;
+
+ private:
+  struct DeviceBooks {
+    uint64_t capacity = 0;          // 0: no limit.
+    uint64_t held = 0;              // chunks out with the allocator
+    std::vector<ChunkHandle> idle;  // created, returned, kept
+  };
+  DeviceBooks& Books(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::unique_ptr<VmmBackend> owned_backend_;
+  VmmBackend* backend_;
+  size_t chunk_size_;
+  mutable absl::Mutex mu_;
+  std::vector<DeviceBooks> devices_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_EMBEDDED_LAKE_H_

@@ -1,0 +1,66 @@
+// Copyright 2026 The GMLake Authors.
+//
+// AllocatorOptions: every knob of libgmlake, set in one place with one
+// syntax: GMLAKE_CONF="key:value,key:value" (as PYTORCH_CUDA_ALLOC_CONF).
+// docs/tuning.md documents each key; KnownConfKeys() lists them.
+
+#ifndef GMLAKE_CLIENT_OPTIONS_H_
+#define GMLAKE_CLIENT_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gmlake {
+
+struct AllocatorOptions {
+  // backend: auto | cuda | host | accounting (the VMM layer, common/vmm.h).
+  std::string backend = "auto";
+  // lake: auto (gmlaked if its socket exists, else embedded) | embedded |
+  // daemon (fail if gmlaked is not there).
+  std::string lake = "auto";
+  // socket: gmlaked's control socket.
+  std::string socket = "/run/gmlake/gmlaked.sock";
+  // capacity: most bytes this process may hold per device (0: no limit).
+  uint64_t capacity = 0;
+  // host_capacity: memory of each emulated device on the host and
+  // accounting backends (0: 64 GiB).
+  uint64_t host_capacity = 0;
+  // chunk_size: physical chunk size (0: the backend's granularity, 2 MiB on
+  // an H200). Also the unit of stitching: a chunk maps only whole.
+  uint64_t chunk_size = 0;
+  // small_size: requests up to this many bytes are carved from single
+  // chunks of their own arena and never stitched.
+  uint64_t small_size = 1 << 20;
+  // stitch: when no free block fits, move free chunks from other free
+  // blocks into a new mapping before asking the lake for more (true), or
+  // always ask the lake (false, for comparison).
+  bool stitch = true;
+  // large_arena / small_arena: virtual address space reserved per device
+  // for each kind of request (more is reserved when it runs out).
+  uint64_t large_arena = uint64_t{512} << 30;
+  uint64_t small_arena = uint64_t{64} << 30;
+  // idle_watermark: with gmlaked, free chunks beyond this many bytes are
+  // returned to the lake at once (0: keep all until asked).
+  uint64_t idle_watermark = 0;
+  // log: print start-up lines (which backend and lake) to stderr.
+  bool log = true;
+};
+
+// Parses "key:value,key:value" over `base`. Unknown keys and bad values are
+// InvalidArgument naming the key and listing what is accepted.
+absl::StatusOr<AllocatorOptions> ParseConf(absl::string_view conf,
+                                           AllocatorOptions base = {});
+
+// Reads GMLAKE_CONF from the environment (empty when unset) over `base`.
+absl::StatusOr<AllocatorOptions> OptionsFromEnv(AllocatorOptions base = {});
+
+// Every accepted key, for help texts.
+std::vector<std::string> KnownConfKeys();
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_OPTIONS_H_

@@ -1,0 +1,61 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/stitch_policy.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+namespace gmlake {
+namespace {
+
+size_t PagesFor(size_t bytes, size_t page_size) {
+  return (bytes + page_size - 1) / page_size;
+}
+
+}  // namespace
+
+std::optional<Placement> ChoosePlacement(absl::Span<const GapView> gaps,
+                                         size_t size, size_t page_size) {
+  std::optional<Placement> best;
+  size_t best_gap_pages = 0;
+  auto consider = [&](size_t gap, size_t first_page, size_t pages) {
+    const size_t gap_pages = gaps[gap].pages;
+    if (!best || std::tie(pages, gap_pages, first_page) <
+                     std::tie(best->pages, best_gap_pages, best->first_page)) {
+      best = Placement{gap, first_page, pages};
+      best_gap_pages = gap_pages;
+    }
+  };
+  for (size_t i = 0; i < gaps.size(); ++i) {
+    const GapView& g = gaps[i];
+    if (g.pages == 0) continue;
+    // Grow the segment on the left into the gap.
+    const size_t left =
+        size > g.free_before ? PagesFor(size - g.free_before, page_size) : 0;
+    if (left <= g.pages) consider(i, g.first_page, std::max<size_t>(left, 1));
+    // Grow the segment on the right backwards into the gap.
+    const size_t right =
+        size > g.free_after ? PagesFor(size - g.free_after, page_size) : 0;
+    if (right >= 1 && right <= g.pages) {
+      consider(i, g.first_page + g.pages - right, right);
+    }
+    // Fill the gap and join both segments.
+    if (g.free_before + g.pages * page_size + g.free_after >= size) {
+      consider(i, g.first_page, g.pages);
+    }
+  }
+  return best;
+}
+
+std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims) {
+  std::vector<size_t> order(victims.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(victims[a].block_size, victims[a].order) <
+           std::tie(victims[b].block_size, victims[b].order);
+  });
+  return order;
+}
+
+}  // namespace gmlake

@@ -1,0 +1,65 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The stitching policy: pure decisions, no mapping, no state.
+//
+// When no free block of a pool fits a request, the allocator maps chunks
+// into a gap of its virtual arena. Which gap, and where in it, is decided
+// here from a description of each gap: how many unmapped pages it has, and
+// how many free bytes of the requesting pool sit right before and after it
+// (the free tail of the segment on its left, the free head of the one on its
+// right). Using those free bytes means mapping fewer new chunks: a 2.1 MiB
+// request after a 1.9 MiB free tail needs one chunk, not two.
+//
+// Where the chunks come from is the other half: free chunks held unmapped
+// first, then whole pages taken from free blocks elsewhere (the "stitch":
+// physical memory that was not adjacent becomes adjacent in the new range),
+// and only then new chunks from the lake. OrderVictims says which free
+// blocks give up their pages first.
+
+#ifndef GMLAKE_CLIENT_STITCH_POLICY_H_
+#define GMLAKE_CLIENT_STITCH_POLICY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace gmlake {
+
+struct GapView {
+  size_t first_page = 0;   // first unmapped page of the gap
+  size_t pages = 0;        // unmapped pages in the gap
+  size_t free_before = 0;  // free bytes of the pool ending at the gap
+  size_t free_after = 0;   // free bytes of the pool starting after it
+};
+
+struct Placement {
+  size_t gap = 0;         // index into the gaps given
+  size_t first_page = 0;  // first page to map
+  size_t pages = 0;       // how many chunks to map (the cost)
+};
+
+// Chooses where to map chunks for a request of `size` bytes with pages of
+// `page_size`: the fewest new pages; on a tie the smallest gap (to keep
+// large gaps whole), then the lowest address. nullopt when no gap can hold
+// it (the arena is full).
+std::optional<Placement> ChoosePlacement(absl::Span<const GapView> gaps,
+                                         size_t size, size_t page_size);
+
+// A free block that has whole free pages to give.
+struct VictimView {
+  size_t block_size = 0;
+  size_t free_pages = 0;
+  uint64_t order = 0;  // caller's tie-breaker (e.g. address)
+};
+
+// Indices of `victims` in the order their pages should be taken: the
+// smallest free blocks first, so that large free blocks stay whole for the
+// large requests that made them (training repeats its sizes every step).
+std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_STITCH_POLICY_H_
