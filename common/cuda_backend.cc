@@ -108,6 +108,7 @@ class CudaBackend final : public VmmBackend {
     size_t granularity = 0;
   };
   struct ChunkInfo {
+    CUmemGenericAllocationHandle cu;  // the driver's handle
     int device;
     size_t size;
   };
@@ -143,8 +144,13 @@ class CudaBackend final : public VmmBackend {
   const uint64_t generation_;
   std::vector<Device> devices_;  // fixed after Init
   size_t max_granularity_ = 0;   // the unit of virtual ranges
+  size_t min_granularity_ = 0;   // what Unmap/SetAccess ranges align to
 
   mutable absl::Mutex mu_;
+  // Keyed by our own handle numbers, not the driver's: an import of a chunk
+  // this process also holds may give back a driver handle value we already
+  // have, and each ChunkHandle must be released on its own.
+  uint64_t next_chunk_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<ChunkHandle, ChunkInfo> chunks_ ABSL_GUARDED_BY(mu_);
   std::map<DevicePtr, size_t> ranges_ ABSL_GUARDED_BY(mu_);  // base -> size
   MappingMap mappings_ ABSL_GUARDED_BY(mu_);                 // addr -> info
@@ -227,6 +233,9 @@ absl::Status CudaBackend::Init() {
       return Error(r, absl::StrCat("cuDevicePrimaryCtxRetain(device=", i, ")"));
     }
     max_granularity_ = std::max(max_granularity_, dev.granularity);
+    min_granularity_ = min_granularity_ == 0
+                           ? dev.granularity
+                           : std::min(min_granularity_, dev.granularity);
     devices_.push_back(std::move(dev));  // the destructor releases it now
   }
   return absl::OkStatus();
@@ -250,7 +259,7 @@ CudaBackend::~CudaBackend() {
     }
     ranges_.clear();
     for (const auto& [handle, c] : chunks_) {
-      if (MakeCurrent(c.device).ok()) driver_.cuMemRelease(handle);
+      if (MakeCurrent(c.device).ok()) driver_.cuMemRelease(c.cu);
     }
     chunks_.clear();
     for (const auto& [event, device] : events_) {
@@ -316,49 +325,57 @@ absl::Status CudaBackend::MakeCurrent(int device) const {
 absl::StatusOr<std::vector<CudaBackend::MappingMap::iterator>>
 CudaBackend::Covering(DevicePtr addr, size_t size, bool whole, bool need_access,
                       absl::string_view what) {
-  auto not_mapped = [&](DevicePtr at) {
+  // The error codes are the conformance contract (common/vmm_books.h):
+  // malformed arguments are InvalidArgument, memory in the wrong state
+  // (not mapped, no access) FailedPrecondition.
+  const std::string call =
+      absl::StrCat(what, "(addr=", Hex(addr), ", size=", size, ")");
+  if (size == 0 || addr > UINTPTR_MAX - size) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, "(addr=", Hex(addr), ", size=", size, "): ", Hex(at),
-                     " is not mapped through this backend"));
-  };
-  if (size == 0 || addr + size < addr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "(addr=", Hex(addr), ", size=", size, "): empty or wrapping"));
+        absl::StrCat(call, ": empty, or wraps around the address space"));
+  }
+  if (whole && (addr % min_granularity_ != 0 || size % min_granularity_ != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call,
+                     ": address and size must be multiples of the "
+                     "granularity ",
+                     min_granularity_));
   }
   const DevicePtr end = addr + size;
   auto it = mappings_.upper_bound(addr);
-  if (it == mappings_.begin()) return not_mapped(addr);
+  if (it == mappings_.begin() ||
+      std::prev(it)->first + std::prev(it)->second.size <= addr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(call, ": nothing is mapped at ", Hex(addr)));
+  }
   --it;
-  if (addr >= it->first + it->second.size) return not_mapped(addr);
   if (whole && it->first != addr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "(addr=", Hex(addr), ", size=", size,
-        "): must start where a chunk is mapped; the mapping there starts at ",
-        Hex(it->first)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, ": starts inside the chunk mapped at ",
+                     Hex(it->first), "; chunks are handled whole"));
   }
   std::vector<MappingMap::iterator> out;
   DevicePtr covered = it->first;
   for (;;) {
     if (it == mappings_.end() || it->first != covered) {
-      return not_mapped(covered);
+      return absl::FailedPreconditionError(
+          absl::StrCat(call, ": nothing is mapped at ", Hex(covered)));
     }
     if (need_access && !it->second.access) {
       return absl::FailedPreconditionError(absl::StrCat(
-          what, "(addr=", Hex(addr), ", size=", size, "): the chunk mapped at ",
-          Hex(it->first),
+          call, ": the chunk mapped at ", Hex(it->first),
           " has no access (access does not survive an unmap); call SetAccess "
-          "after Map"));
+          "after every Map"));
+    }
+    if (whole && it->second.size > end - covered) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call, ": ends inside the chunk mapped at ",
+                       Hex(it->first), "; chunks are handled whole"));
     }
     out.push_back(it);
     covered = it->first + it->second.size;
     if (covered >= end) break;
     ++it;
-  }
-  if (whole && covered != end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "(addr=", Hex(addr), ", size=", size,
-        "): must end where a mapped chunk ends; the last one ends at ",
-        Hex(covered)));
   }
   return out;
 }
@@ -384,13 +401,10 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoCreateChunk(int device,
     return Error(
         r, absl::StrCat("cuMemCreate(device=", device, ", size=", size, ")"));
   }
-  if (handle == 0) {  // 0 means "no chunk" in the interface
-    driver_.cuMemRelease(handle);
-    return absl::InternalError("cuMemCreate returned handle 0");
-  }
   absl::MutexLock lock(&mu_);
-  chunks_[handle] = ChunkInfo{device, size};
-  return static_cast<ChunkHandle>(handle);
+  const ChunkHandle id = next_chunk_++;
+  chunks_[id] = ChunkInfo{handle, device, size};
+  return id;
 }
 
 absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
@@ -400,7 +414,7 @@ absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) {
       return absl::NotFoundError(absl::StrCat(
-          "ReleaseChunk: chunk ", Hex(chunk),
+          "ReleaseChunk: chunk ", chunk,
           " was not created or imported through this backend, or was "
           "released already"));
     }
@@ -408,33 +422,34 @@ absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
     chunks_.erase(it);
   }
   if (absl::Status s = MakeCurrent(info.device); !s.ok()) return s;
-  if (CUresult r = driver_.cuMemRelease(chunk); r != CUDA_SUCCESS) {
+  if (CUresult r = driver_.cuMemRelease(info.cu); r != CUDA_SUCCESS) {
     absl::MutexLock lock(&mu_);
     chunks_[chunk] = info;  // still ours: the caller may try again
-    return Error(r, absl::StrCat("cuMemRelease(handle=", Hex(chunk), ")"));
+    return Error(r, absl::StrCat("cuMemRelease(handle=", Hex(info.cu), ")"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<UniqueFd> CudaBackend::DoExportChunk(ChunkHandle chunk) {
-  int device = 0;
+  ChunkInfo info;
   {
     absl::MutexLock lock(&mu_);
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("ExportChunk: chunk ", Hex(chunk),
-                       " was not created or imported through this backend"));
+      return absl::NotFoundError(absl::StrCat(
+          "ExportChunk: chunk ", chunk,
+          " is not live (never created or imported through this backend, or "
+          "released already)"));
     }
-    device = it->second.device;
+    info = it->second;
   }
-  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (absl::Status s = MakeCurrent(info.device); !s.ok()) return s;
   int fd = -1;
   if (CUresult r = driver_.cuMemExportToShareableHandle(
-          &fd, chunk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+          &fd, info.cu, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
       r != CUDA_SUCCESS) {
     return Error(r, absl::StrCat("cuMemExportToShareableHandle(handle=",
-                                 Hex(chunk), ", POSIX_FILE_DESCRIPTOR)"));
+                                 Hex(info.cu), ", POSIX_FILE_DESCRIPTOR)"));
   }
   return UniqueFd(fd);
 }
@@ -457,16 +472,22 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoImportChunk(int fd, int device,
           &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
       r != CUDA_SUCCESS) {
-    return Error(r, absl::StrCat("cuMemImportFromShareableHandle(fd=", fd,
-                                 ", POSIX_FILE_DESCRIPTOR)"));
-  }
-  if (handle == 0) {
-    return absl::InternalError(
-        "cuMemImportFromShareableHandle returned handle 0");
+    absl::Status s =
+        Error(r, absl::StrCat("cuMemImportFromShareableHandle(fd=", fd,
+                              ", POSIX_FILE_DESCRIPTOR)"));
+    // The descriptor is the only input: unless the device is full, the
+    // driver refused it, and a descriptor that is no chunk is the caller's
+    // InvalidArgument (the conformance contract, common/vmm_books.h).
+    if (s.code() == absl::StatusCode::kResourceExhausted) return s;
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), "; is fd ", fd,
+                     " a descriptor from ExportChunk (cuMemExport"
+                     "ToShareableHandle)?"));
   }
   absl::MutexLock lock(&mu_);
-  chunks_[handle] = ChunkInfo{device, size};
-  return static_cast<ChunkHandle>(handle);
+  const ChunkHandle id = next_chunk_++;
+  chunks_[id] = ChunkInfo{handle, device, size};
+  return id;
 }
 
 // --- Ranges and mappings
@@ -502,12 +523,16 @@ absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
   {
     absl::MutexLock lock(&mu_);
     auto it = ranges_.find(base);
-    if (it == ranges_.end() || it->second != size) {
-      return absl::InvalidArgumentError(absl::StrCat(
+    if (it == ranges_.end()) {
+      return absl::NotFoundError(absl::StrCat(
           "FreeRange(base=", Hex(base), ", size=", size,
-          "): not a range reserved through this backend",
-          it != ranges_.end() ? absl::StrCat(" (it has size ", it->second, ")")
-                              : std::string()));
+          "): no range reserved through this backend starts there (never "
+          "reserved, or freed already)"));
+    }
+    if (it->second != size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FreeRange(base=", Hex(base), ", size=", size, "): the range has ",
+          it->second, " bytes; free it whole"));
     }
     auto m = mappings_.lower_bound(base);
     if (m != mappings_.end() && m->first < base + size) {
@@ -532,18 +557,20 @@ absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
 absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
                                 ChunkHandle chunk) {
   int device = 0;
+  CUmemGenericAllocationHandle cu = 0;
   {
     absl::MutexLock lock(&mu_);
     auto c = chunks_.find(chunk);
     if (c == chunks_.end()) {
       return absl::NotFoundError(absl::StrCat(
-          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", Hex(chunk),
+          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", chunk,
           " was not created or imported through this backend"));
     }
     device = c->second.device;
+    cu = c->second.cu;
     if (size != c->second.size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", Hex(chunk),
+          "Map(addr=", Hex(addr), ", size=", size, "): chunk ", chunk,
           " has size ", c->second.size, " and can only be mapped whole"));
     }
     const size_t g = devices_[device].granularity;
@@ -582,10 +609,10 @@ absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
   }
   absl::Status s = MakeCurrent(device);
   if (s.ok()) {
-    if (CUresult r = driver_.cuMemMap(addr, size, 0, chunk, 0);
+    if (CUresult r = driver_.cuMemMap(addr, size, 0, cu, 0);
         r != CUDA_SUCCESS) {
       s = Error(r, absl::StrCat("cuMemMap(addr=", Hex(addr), ", size=", size,
-                                ", handle=", Hex(chunk), ")"));
+                                ", handle=", Hex(cu), ")"));
     }
   }
   if (!s.ok()) {

@@ -227,6 +227,7 @@ TEST_F(CudaBackendOnGpuTest, DriverErrorsNameTheCall) {
   absl::StatusOr<ChunkHandle> i =
       b->ImportChunk(not_cuda.get(), 0, b->granularity(0));
   ASSERT_FALSE(i.ok());
+  EXPECT_EQ(i.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(i.status().message(),
                                 "cuMemImportFromShareableHandle(fd="))
       << i.status();
