@@ -1,0 +1,1171 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "daemon/lake.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/bytes.h"
+#include "daemon/log.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kTokenBytes = 16;
+constexpr size_t kMaxNameBytes = 128;
+
+std::string NewToken() {
+  std::string token(kTokenBytes, '\0');
+  size_t done = 0;
+  while (done < token.size()) {
+    const ssize_t n = ::getrandom(&token[done], token.size() - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // no entropy source: handled below
+    done += static_cast<size_t>(n);
+  }
+  if (done < token.size()) {
+    // getrandom is in every kernel gmlaked supports; this is only a guard
+    // against a sandbox that forbids it, and the token still differs per
+    // session and per run.
+    const uint64_t mix = static_cast<uint64_t>(absl::GetCurrentTimeNanos()) ^
+                         (static_cast<uint64_t>(::getpid()) << 32);
+    for (size_t i = done; i < token.size(); ++i) {
+      token[i] = static_cast<char>((mix >> ((i % 8) * 8)) ^ (i * 131));
+    }
+  }
+  return token;
+}
+
+// Compares without an early exit, so timing does not tell how much of a
+// guessed token was right.
+bool TokenEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+// The start time of a process (field 22 of /proc/<pid>/stat, in clock
+// ticks since boot), or 0 if the process does not exist. Together with the
+// pid it names a process even after the pid is reused.
+uint64_t ProcessStartTime(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text;
+  if (!in || !std::getline(in, text)) return 0;
+  // The command name (field 2) is in parentheses and may hold spaces.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  // Fields 3.. ; the start time is field 22, the 20th after the name.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(rest >> field)) return 0;
+  }
+  return std::strtoull(field.c_str(), nullptr, 10);
+}
+
+UniqueFd PidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+#endif
+  return UniqueFd();
+}
+
+std::string SessionLabel(uint64_t id, absl::string_view name, pid_t pid) {
+  if (name.empty()) return absl::StrFormat("session %d (pid %d)", id, pid);
+  return absl::StrFormat("session %d (%s, pid %d)", id, name, pid);
+}
+
+}  // namespace
+
+absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view text) {
+  if (text == "always") return ScrubPolicy::kAlways;
+  if (text == "cross-uid" || text == "cross_uid") return ScrubPolicy::kCrossUid;
+  if (text == "never") return ScrubPolicy::kNever;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scrub policy '", text, "': use always, cross-uid or never"));
+}
+
+absl::string_view ScrubPolicyName(ScrubPolicy policy) {
+  switch (policy) {
+    case ScrubPolicy::kAlways:
+      return "always";
+    case ScrubPolicy::kCrossUid:
+      return "cross-uid";
+    case ScrubPolicy::kNever:
+      return "never";
+  }
+  return "?";
+}
+
+void Lake::Aftermath::Run(VmmBackend* backend) {
+  for (auto& [sink, pressure] : sends) sink->Send(pressure);
+  sends.clear();
+  for (auto& [sink, status] : closes) sink->Close(status);
+  closes.clear();
+  for (auto& hook : hooks) hook();
+  hooks.clear();
+  for (ChunkHandle h : releases) {
+    absl::Status s = backend->ReleaseChunk(h);
+    if (!s.ok()) Logf("releasing chunk handle %d failed: %s", h, s.ToString());
+  }
+  releases.clear();
+}
+
+Lake::Lake(VmmBackend* backend, LakeOptions options)
+    : backend_(backend), options_(std::move(options)), started_(absl::Now()) {}
+
+absl::StatusOr<std::unique_ptr<Lake>> Lake::Create(VmmBackend* backend,
+                                                   LakeOptions options) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("Lake::Create needs a backend");
+  }
+  if (!backend->has_memory()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend '", backend->name(),
+        "' has no memory to share: gmlaked needs --backend=cuda or host"));
+  }
+  if (options.devices.size() != static_cast<size_t>(backend->device_count())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d device configurations for a backend with %d devices",
+        options.devices.size(), backend->device_count()));
+  }
+  for (size_t i = 0; i < options.devices.size(); ++i) {
+    const LakeDeviceConfig& d = options.devices[i];
+    const size_t gran = backend->granularity(static_cast<int>(i));
+    if (d.chunk_size == 0 || gran == 0 || d.chunk_size % gran != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk size %s on device %d is not a positive multiple of the "
+          "device's granularity %s (--chunk_size)",
+          FormatBytes(d.chunk_size), i, FormatBytes(gran)));
+    }
+    if (d.capacity_bytes < d.chunk_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capacity %s on device %d is less than one chunk of %s "
+          "(--capacity)",
+          FormatBytes(d.capacity_bytes), i, FormatBytes(d.chunk_size)));
+    }
+    if (d.precreate_bytes > d.capacity_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "precreate %s on device %d is more than its capacity %s "
+          "(--precreate)",
+          FormatBytes(d.precreate_bytes), i, FormatBytes(d.capacity_bytes)));
+    }
+  }
+  if (options.max_sessions == 0) {
+    return absl::InvalidArgumentError("--max_sessions must be positive");
+  }
+  std::unique_ptr<Lake> lake(new Lake(backend, std::move(options)));
+  {
+    absl::MutexLock lock(&lake->mu_);
+    for (const LakeDeviceConfig& c : lake->options_.devices) {
+      Device d;
+      d.config = c;
+      d.capacity_chunks = c.capacity_bytes / c.chunk_size;
+      lake->devices_.push_back(std::move(d));
+    }
+  }
+  absl::Status s = lake->Precreate();
+  if (!s.ok()) return s;
+  return lake;
+}
+
+absl::Status Lake::Precreate() {
+  for (size_t i = 0; i < options_.devices.size(); ++i) {
+    const LakeDeviceConfig& c = options_.devices[i];
+    const uint64_t n = c.precreate_bytes / c.chunk_size;
+    if (n == 0) continue;
+    std::vector<std::unique_ptr<ChunkRec>> made;
+    absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
+    absl::MutexLock lock(&mu_);
+    Device& d = devices_[i];
+    for (auto& c : made) {
+      c->id = next_chunk_++;
+      c->state = ChunkState::kFree;
+      d.free_by_uid[kNoUid].push_back(c->id);
+      ++d.free;
+      ++d.created;
+      chunks_[c->id] = std::move(c);
+    }
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrFormat("creating %d chunks ahead of time on "
+                                          "device %d (--precreate): %s",
+                                          n, i, s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Lake::~Lake() {
+  Shutdown();
+  std::vector<std::unique_ptr<ChunkRec>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, c] : chunks_) all.push_back(std::move(c));
+    chunks_.clear();
+  }
+  for (auto& c : all) {
+    // Chunks still leased live on in their clients' imports: releasing our
+    // handle only drops the daemon's reference, as with the driver.
+    absl::Status s = backend_->ReleaseChunk(c->handle);
+    if (!s.ok()) Logf("releasing chunk %d failed: %s", c->id, s.ToString());
+  }
+}
+
+void Lake::Shutdown() {
+  Aftermath after;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, s] : sessions_) ids.push_back(id);
+    for (uint64_t id : ids) {
+      EndSessionLocked(id, "gmlaked is shutting down", &after);
+    }
+    freed_.SignalAll();
+  }
+  after.Run(backend_);
+}
+
+// --- Sessions ----------------------------------------------------------------
+
+absl::StatusOr<Lake::Session*> Lake::FindLocked(uint64_t session,
+                                                absl::string_view token) const {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "session %d does not exist (it ended, or was never opened): open a "
+        "new one",
+        session));
+  }
+  if (!TokenEquals(it->second->token, token)) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("wrong token for session %d", session));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
+                                                absl::string_view name) {
+  if (claimed_pid <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pid ", claimed_pid, " is not a process id"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) {
+    return absl::UnavailableError("gmlaked is shutting down");
+  }
+  if (sessions_.size() >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "gmlaked already serves %d sessions, its limit (--max_sessions)",
+        sessions_.size()));
+  }
+  auto s = std::make_unique<Session>();
+  s->id = next_session_++;
+  s->token = NewToken();
+  s->claimed_pid = claimed_pid;
+  s->name = std::string(name.substr(0, kMaxNameBytes));
+  s->opened = absl::Now();
+  SessionTicket ticket{s->id, s->token};
+  VLogf("%s opened", SessionLabel(s->id, s->name, claimed_pid));
+  sessions_[s->id] = std::move(s);
+  return ticket;
+}
+
+absl::Status Lake::Authenticate(uint64_t session,
+                                absl::string_view token) const {
+  absl::MutexLock lock(&mu_);
+  return FindLocked(session, token).status();
+}
+
+absl::Status Lake::BindSession(uint64_t session, absl::string_view token,
+                               const PeerIdentity& peer,
+                               std::function<void()> on_end) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session, token);
+  if (!found.ok()) return found.status();
+  Session* s = *found;
+  if (s->bound) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "session %d is bound already (to pid %d)", session, s->peer.pid));
+  }
+  if (options_.check_claimed_pid && peer.pid != s->claimed_pid) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "session %d was opened for pid %d but the fd-socket peer is pid %d: "
+        "bind from the process that opened the session (clients in another "
+        "pid namespace need gmlaked --nocheck_claimed_pid)",
+        session, s->claimed_pid, peer.pid));
+  }
+  s->bound = true;
+  s->peer = peer;
+  s->pidfd = PidfdOpen(peer.pid);
+  if (!s->pidfd.valid()) s->pid_start_time = ProcessStartTime(peer.pid);
+  s->on_end = std::move(on_end);
+  VLogf("%s bound: uid %d gid %d", SessionLabel(s->id, s->name, peer.pid),
+        peer.uid, peer.gid);
+  return absl::OkStatus();
+}
+
+absl::Status Lake::AttachWatcher(uint64_t session, absl::string_view token,
+                                 std::shared_ptr<PressureSink> sink) {
+  std::shared_ptr<PressureSink> old;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Session*> found = FindLocked(session, token);
+    if (!found.ok()) return found.status();
+    old = std::exchange((*found)->sink, std::move(sink));
+  }
+  if (old != nullptr) {
+    old->Close(absl::AbortedError("another Watch stream replaced this one"));
+  }
+  return absl::OkStatus();
+}
+
+void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
+  Aftermath after;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end() || it->second->sink.get() != sink) return;
+    // The stream is gone: nothing to close.
+    it->second->sink.reset();
+    EndSessionLocked(session, "its Watch stream broke", &after);
+  }
+  after.Run(backend_);
+}
+
+absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
+                               absl::Span<const DeviceUsageReport> usage) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session, token);
+  if (!found.ok()) return found.status();
+  Session* s = *found;
+  for (const DeviceUsageReport& u : usage) {
+    if (u.device < 0 || u.device >= static_cast<int>(devices_.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "usage for device %d, which gmlaked does not serve (devices 0..%d)",
+          u.device, devices_.size() - 1));
+    }
+  }
+  for (const DeviceUsageReport& u : usage) s->usage[u.device] = u;
+  ++s->reports;
+  // A lease waiting for answers to its pressure requests may stop waiting.
+  freed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Lake::CloseSession(uint64_t session,
+                                            absl::string_view token) {
+  Aftermath after;
+  uint64_t bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Session*> found = FindLocked(session, token);
+    if (!found.ok()) return found.status();
+    bytes = EndSessionLocked(session, "closed by its client", &after);
+  }
+  after.Run(backend_);
+  return bytes;
+}
+
+uint64_t Lake::EndSession(uint64_t session, absl::string_view reason) {
+  Aftermath after;
+  uint64_t bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    bytes = EndSessionLocked(session, reason, &after);
+  }
+  after.Run(backend_);
+  return bytes;
+}
+
+uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
+                                Aftermath* after) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return 0;
+  std::unique_ptr<Session> s = std::move(it->second);
+  sessions_.erase(it);
+  const int64_t uid = s->bound ? static_cast<int64_t>(s->peer.uid) : kNoUid;
+  uint64_t returned = 0;
+  // Chunks being scrubbed for a lease in flight stay with that lease, which
+  // frees them when it finds the session gone (they are mid-write).
+  for (uint64_t id : s->chunks) {
+    ChunkRec* c = chunks_.at(id).get();
+    if (c->state != ChunkState::kLeased) continue;
+    Device& d = devices_[c->device];
+    --d.leased;
+    ++d.free;
+    d.free_by_uid[c->last_uid].push_back(id);
+    c->state = ChunkState::kFree;
+    c->session = 0;
+    returned += d.config.chunk_size;
+  }
+  // The whole session's bytes (chunks, and any still being created or
+  // scrubbed for it) leave its uid's account.
+  if (uid != kNoUid) {
+    auto u = uid_bytes_.find(uid);
+    if (u != uid_bytes_.end()) {
+      u->second -= std::min(u->second, s->leased_bytes);
+      if (u->second == 0) uid_bytes_.erase(u);
+    }
+  }
+  for (const auto& [lease, pending] : s->unclaimed) lease_owner_.erase(lease);
+  ++sessions_ended_;
+  const std::string label =
+      SessionLabel(s->id, s->name, s->bound ? s->peer.pid : s->claimed_pid);
+  if (returned > 0 || !s->bound || VerboseLog()) {
+    Logf("%s ended: %s; %s back in the lake", label, reason,
+         FormatBytes(returned));
+  }
+  if (s->sink != nullptr) {
+    after->closes.emplace_back(
+        std::move(s->sink),
+        absl::CancelledError(absl::StrCat("session ended: ", reason)));
+  }
+  if (s->on_end) after->hooks.push_back(std::move(s->on_end));
+  freed_.SignalAll();
+  return returned;
+}
+
+int Lake::CheckLiveness() {
+  Aftermath after;
+  int ended = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    std::vector<std::pair<uint64_t, std::string>> to_end;
+    std::vector<pollfd> polls;
+    std::vector<uint64_t> poll_ids;
+    for (const auto& [id, s] : sessions_) {
+      if (!s->bound) {
+        if (now - s->opened > options_.bind_timeout) {
+          to_end.emplace_back(
+              id, absl::StrCat("it was not bound on the fd socket within ",
+                               absl::FormatDuration(options_.bind_timeout)));
+        }
+        continue;
+      }
+      if (s->pidfd.valid()) {
+        polls.push_back(pollfd{s->pidfd.get(), POLLIN, 0});
+        poll_ids.push_back(id);
+      } else if (ProcessStartTime(s->peer.pid) != s->pid_start_time) {
+        to_end.emplace_back(id,
+                            absl::StrCat("process ", s->peer.pid, " is gone"));
+      }
+    }
+    // A pidfd becomes readable when its process exits.
+    if (!polls.empty() && ::poll(polls.data(), polls.size(), 0) > 0) {
+      for (size_t i = 0; i < polls.size(); ++i) {
+        if (polls[i].revents != 0) {
+          to_end.emplace_back(
+              poll_ids[i],
+              absl::StrCat("process ", sessions_.at(poll_ids[i])->peer.pid,
+                           " exited"));
+        }
+      }
+    }
+    for (const auto& [id, why] : to_end) {
+      EndSessionLocked(id, why, &after);
+      ++ended;
+    }
+    // Leases nobody claimed: their chunks go back.
+    for (auto& [id, s] : sessions_) {
+      std::vector<uint64_t> expired;
+      for (const auto& [lease, pending] : s->unclaimed) {
+        if (now - pending.granted > options_.claim_timeout) {
+          expired.push_back(lease);
+        }
+      }
+      for (uint64_t lease : expired) {
+        uint64_t bytes = 0;
+        for (uint64_t cid : s->unclaimed[lease].chunk_ids) {
+          auto c = chunks_.find(cid);
+          if (c == chunks_.end() || c->second->session != id ||
+              c->second->state != ChunkState::kLeased) {
+            continue;
+          }
+          bytes += devices_[c->second->device].config.chunk_size;
+          FreeChunkLocked(c->second.get(), c->second->last_uid);
+        }
+        s->unclaimed.erase(lease);
+        lease_owner_.erase(lease);
+        Logf("%s: lease %d was not claimed within %s; %s back in the lake",
+             SessionLabel(id, s->name, s->peer.pid), lease,
+             absl::FormatDuration(options_.claim_timeout), FormatBytes(bytes));
+      }
+    }
+  }
+  after.Run(backend_);
+  return ended;
+}
+
+// --- Chunks ------------------------------------------------------------------
+
+void Lake::FreeChunkLocked(ChunkRec* c, int64_t last_uid) {
+  Device& d = devices_[c->device];
+  if (c->state == ChunkState::kLeased) {
+    --d.leased;
+  } else if (c->state == ChunkState::kScrubbing) {
+    --d.scrubbing;
+  } else {
+    return;  // free already
+  }
+  auto it = sessions_.find(c->session);
+  if (it != sessions_.end()) {
+    Session* s = it->second.get();
+    s->chunks.erase(c->id);
+    const size_t size = d.config.chunk_size;
+    s->leased_bytes -= std::min<uint64_t>(s->leased_bytes, size);
+    auto& n = s->leased_chunks_by_device[c->device];
+    if (n > 0) --n;
+    auto u = uid_bytes_.find(s->peer.uid);
+    if (u != uid_bytes_.end()) {
+      u->second -= std::min<uint64_t>(u->second, size);
+      if (u->second == 0) uid_bytes_.erase(u);
+    }
+  }
+  c->state = ChunkState::kFree;
+  c->session = 0;
+  c->last_uid = last_uid;
+  ++d.free;
+  d.free_by_uid[last_uid].push_back(c->id);
+  freed_.SignalAll();
+}
+
+bool Lake::NeedsScrub(int64_t last_uid, int64_t next_uid) const {
+  if (last_uid == kNoUid) return false;  // never leased: fresh memory
+  switch (options_.scrub) {
+    case ScrubPolicy::kAlways:
+      return true;
+    case ScrubPolicy::kCrossUid:
+      return last_uid != next_uid;
+    case ScrubPolicy::kNever:
+      return false;
+  }
+  return true;
+}
+
+void Lake::TakeFreeLocked(int device, int64_t uid, uint64_t n,
+                          std::vector<uint64_t>* clean,
+                          std::vector<uint64_t>* dirty) {
+  Device& d = devices_[device];
+  auto take_from = [&](int64_t from_uid) {
+    auto it = d.free_by_uid.find(from_uid);
+    if (it == d.free_by_uid.end()) return;
+    std::vector<uint64_t>& list = it->second;
+    const bool scrub = NeedsScrub(from_uid, uid);
+    while (!list.empty() && clean->size() + dirty->size() < n) {
+      (scrub ? dirty : clean)->push_back(list.back());
+      list.pop_back();
+      --d.free;
+    }
+    if (list.empty()) d.free_by_uid.erase(it);
+  };
+  // Chunks that need no zeroing first: fresh ones, then this uid's own.
+  take_from(kNoUid);
+  take_from(uid);
+  std::vector<int64_t> others;
+  for (const auto& [other, list] : d.free_by_uid) others.push_back(other);
+  for (int64_t other : others) {
+    if (clean->size() + dirty->size() >= n) break;
+    take_from(other);
+  }
+}
+
+absl::Status Lake::Scrub(int device, absl::Span<const ChunkHandle> handles) {
+  if (handles.empty()) return absl::OkStatus();
+  const size_t size = options_.devices[device].chunk_size;
+  // Map them side by side into one scratch range, fill with zeros, unmap.
+  absl::StatusOr<VirtualRange> range =
+      VirtualRange::Reserve(backend_, size * handles.size());
+  if (!range.ok()) return range.status();
+  std::vector<Mapping> maps;
+  maps.reserve(handles.size());
+  const int devices[] = {device};
+  for (size_t i = 0; i < handles.size(); ++i) {
+    absl::StatusOr<Mapping> m = Mapping::Map(backend_, range->base() + i * size,
+                                             size, handles[i], devices);
+    if (!m.ok()) return m.status();
+    maps.push_back(*std::move(m));
+  }
+  absl::Status s = backend_->Fill(range->base(), 0, size * handles.size());
+  for (Mapping& m : maps) {
+    absl::Status u = m.Reset();
+    if (s.ok() && !u.ok()) s = u;
+  }
+  return s;
+}
+
+absl::Status Lake::CreateChunks(int device, uint64_t n,
+                                std::vector<std::unique_ptr<ChunkRec>>* out) {
+  const size_t size = options_.devices[device].chunk_size;
+  for (uint64_t i = 0; i < n; ++i) {
+    absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
+    if (!h.ok()) return h.status();
+    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(*h);
+    if (!fd.ok()) {
+      backend_->ReleaseChunk(*h).IgnoreError();
+      return fd.status();
+    }
+    auto c = std::make_unique<ChunkRec>();
+    c->device = device;
+    c->handle = *h;
+    c->fd = *std::move(fd);
+    out->push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Lake::UidBytesLocked(int64_t uid) const {
+  auto it = uid_bytes_.find(uid);
+  return it == uid_bytes_.end() ? 0 : it->second;
+}
+
+std::vector<uint64_t> Lake::SendPressureLocked(const Session& asker, int device,
+                                               uint64_t bytes,
+                                               Aftermath* after) {
+  struct Candidate {
+    Session* s;
+    uint64_t cached;  // reported cached bytes on the device
+    uint64_t leased;  // bytes leased on the device
+  };
+  const size_t size = devices_[device].config.chunk_size;
+  std::vector<Candidate> cands;
+  for (auto& [id, s] : sessions_) {
+    if (id == asker.id || s->sink == nullptr) continue;
+    auto n = s->leased_chunks_by_device.find(device);
+    if (n == s->leased_chunks_by_device.end() || n->second == 0) continue;
+    auto u = s->usage.find(device);
+    cands.push_back({s.get(), u == s->usage.end() ? 0 : u->second.cached_bytes,
+                     n->second * size});
+  }
+  // Largest cached first; among equals, the largest holder.
+  std::sort(cands.begin(), cands.end(),
+            [](const Candidate& a, const Candidate& b) {
+              if (a.cached != b.cached) return a.cached > b.cached;
+              return a.leased > b.leased;
+            });
+  const std::string reason =
+      absl::StrFormat("%s needs %s on device %d",
+                      SessionLabel(asker.id, asker.name, asker.peer.pid),
+                      FormatBytes(bytes), device);
+  std::vector<uint64_t> asked;
+  std::vector<uint64_t> asked_bytes;
+  uint64_t remaining = bytes;
+  // First what sessions say they hold unused; then, if that is not enough,
+  // the rest of the holders (their allocators may free more on request).
+  for (int pass = 0; pass < 2 && remaining > 0; ++pass) {
+    for (Candidate& c : cands) {
+      if (remaining == 0) break;
+      const uint64_t offer =
+          pass == 0 ? std::min(c.cached, c.leased) : c.leased;
+      if (offer == 0 || (pass == 1 && c.cached >= c.leased)) continue;
+      const uint64_t ask = std::min(remaining, offer);
+      remaining -= ask;
+      c.leased -= std::min(c.leased, ask);
+      c.cached = 0;
+      auto prev = std::find(asked.begin(), asked.end(), c.s->id);
+      if (prev == asked.end()) {
+        asked.push_back(c.s->id);
+        asked_bytes.push_back(ask);
+      } else {
+        asked_bytes[prev - asked.begin()] += ask;
+      }
+    }
+  }
+  for (size_t i = 0; i < asked.size(); ++i) {
+    Session* s = sessions_.at(asked[i]).get();
+    after->sends.emplace_back(s->sink,
+                              Pressure{device, asked_bytes[i], reason});
+    ++pressure_sent_;
+    VLogf("asking %s for %s on device %d: %s",
+          SessionLabel(s->id, s->name, s->peer.pid),
+          FormatBytes(asked_bytes[i]), device, reason);
+  }
+  return asked;
+}
+
+// --- Leases ------------------------------------------------------------------
+
+absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
+                                       absl::string_view token, int device,
+                                       uint64_t count) {
+  Aftermath after;
+  mu_.Lock();
+  // Every exit unlocks, then runs what must run without the lock.
+  auto fail = [&](absl::Status status) -> absl::StatusOr<LeaseGrant> {
+    ++leases_failed_;
+    mu_.Unlock();
+    after.Run(backend_);
+    return status;
+  };
+  absl::StatusOr<Session*> found = FindLocked(session, token);
+  if (!found.ok()) return fail(found.status());
+  Session* s = *found;
+  if (!s->bound) {
+    return fail(absl::FailedPreconditionError(absl::StrFormat(
+        "session %d is not bound: connect to the fd socket %s and bind it "
+        "before leasing",
+        session, options_.fd_socket_path)));
+  }
+  if (device < 0 || device >= static_cast<int>(devices_.size())) {
+    return fail(absl::InvalidArgumentError(absl::StrFormat(
+        "device %d does not exist: gmlaked serves devices 0..%d", device,
+        devices_.size() - 1)));
+  }
+  if (count == 0) {
+    return fail(absl::InvalidArgumentError("a lease of 0 chunks"));
+  }
+  const size_t size = devices_[device].config.chunk_size;
+  const std::string label = SessionLabel(session, s->name, s->peer.pid);
+  if (count > devices_[device].capacity_chunks) {
+    return fail(absl::ResourceExhaustedError(absl::StrFormat(
+        "lease of %d chunks (%s) on device %d is more than the lake's whole "
+        "capacity there, %d chunks (%s, --capacity)",
+        count, FormatBytes(count * size), device,
+        devices_[device].capacity_chunks,
+        FormatBytes(devices_[device].capacity_chunks * size))));
+  }
+  const uint64_t bytes = count * size;
+  const int64_t uid = s->peer.uid;
+  const absl::Time deadline = absl::Now() + options_.reclaim_timeout;
+  bool pressured = false;
+  std::vector<uint64_t> asked;
+  std::vector<uint64_t> asked_reports;
+  for (;;) {
+    if (shutting_down_) {
+      return fail(absl::UnavailableError("gmlaked is shutting down"));
+    }
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) {
+      return fail(absl::AbortedError(
+          absl::StrFormat("session %d ended while its lease waited", session)));
+    }
+    s = it->second.get();
+    // Quotas count what the session and uid hold, including leases of
+    // theirs still in flight.
+    if (options_.session_quota_bytes > 0 &&
+        s->leased_bytes + bytes > options_.session_quota_bytes) {
+      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+          "lease of %s would put %s at %s, over its quota of %s "
+          "(--session_quota)",
+          FormatBytes(bytes), label, FormatBytes(s->leased_bytes + bytes),
+          FormatBytes(options_.session_quota_bytes))));
+    }
+    if (options_.uid_quota_bytes > 0 &&
+        UidBytesLocked(uid) + bytes > options_.uid_quota_bytes) {
+      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+          "lease of %s would put uid %d at %s, over its quota of %s "
+          "(--uid_quota)",
+          FormatBytes(bytes), uid, FormatBytes(UidBytesLocked(uid) + bytes),
+          FormatBytes(options_.uid_quota_bytes))));
+    }
+    Device& d = devices_[device];
+    const uint64_t room = d.capacity_chunks - d.created - d.creating;
+    const uint64_t available = d.free + room;
+    if (available >= count) break;
+    const uint64_t short_bytes = (count - available) * size;
+    auto describe = [&] {
+      return absl::StrFormat(
+          "lease of %d chunks (%s) on device %d for %s: the lake has %s "
+          "free and %s of capacity left (%s in all, %s leased to %d "
+          "sessions)",
+          count, FormatBytes(bytes), device, label, FormatBytes(d.free * size),
+          FormatBytes(room * size), FormatBytes(d.capacity_chunks * size),
+          FormatBytes(d.leased * size), sessions_.size() - 1 + 1);
+    };
+    if (!pressured) {
+      pressured = true;
+      asked = SendPressureLocked(*s, device, short_bytes, &after);
+      if (asked.empty()) {
+        return fail(absl::ResourceExhaustedError(
+            absl::StrCat(describe(),
+                         "; no other session holds memory there to ask "
+                         "for")));
+      }
+      for (uint64_t id : asked) asked_reports.push_back(sessions_[id]->reports);
+      // Send without the lock, then look again.
+      mu_.Unlock();
+      after.Run(backend_);
+      mu_.Lock();
+      continue;
+    }
+    // Stop early once every session asked has answered (reported usage
+    // after handling the request, or ended) and it is still not enough.
+    bool all_answered = true;
+    for (size_t i = 0; i < asked.size(); ++i) {
+      auto a = sessions_.find(asked[i]);
+      if (a != sessions_.end() && a->second->reports <= asked_reports[i]) {
+        all_answered = false;
+      }
+    }
+    if (all_answered || absl::Now() >= deadline) {
+      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+          "%s; asked %d other sessions to return %s, and %s", describe(),
+          asked.size(), FormatBytes(short_bytes),
+          all_answered
+              ? "they returned less"
+              : absl::StrCat("they did not return enough within ",
+                             absl::FormatDuration(options_.reclaim_timeout),
+                             " (--reclaim_timeout)"))));
+    }
+    ++waiting_leases_;
+    freed_.WaitWithDeadline(&mu_, deadline);
+    --waiting_leases_;
+  }
+
+  // Take what is free, mark what must be zeroed, and reserve room for the
+  // rest, then do the slow work (scrub, create + export) without the lock.
+  Device& d = devices_[device];
+  std::vector<uint64_t> clean, dirty;
+  TakeFreeLocked(device, uid, count, &clean, &dirty);
+  const uint64_t to_create = count - clean.size() - dirty.size();
+  d.creating += to_create;
+  std::vector<ChunkHandle> dirty_handles;
+  auto assign = [&](uint64_t id, ChunkState state) {
+    ChunkRec* c = chunks_.at(id).get();
+    c->state = state;
+    c->session = session;
+    (state == ChunkState::kLeased ? d.leased : d.scrubbing) += 1;
+    s->chunks.insert(id);
+    ++s->leased_chunks_by_device[device];
+  };
+  for (uint64_t id : clean) assign(id, ChunkState::kLeased);
+  for (uint64_t id : dirty) {
+    assign(id, ChunkState::kScrubbing);
+    dirty_handles.push_back(chunks_.at(id)->handle);
+  }
+  // The session and its uid are charged for the whole lease now, so that
+  // concurrent leases see it against their quotas.
+  s->leased_bytes += bytes;
+  uid_bytes_[uid] += bytes;
+  mu_.Unlock();
+  after.Run(backend_);
+
+  absl::Status scrubbed = Scrub(device, dirty_handles);
+  std::vector<std::unique_ptr<ChunkRec>> made;
+  absl::Status created = absl::OkStatus();
+  if (scrubbed.ok()) created = CreateChunks(device, to_create, &made);
+
+  mu_.Lock();
+  d.creating -= to_create;
+  std::vector<uint64_t> made_ids;
+  for (auto& c : made) {
+    c->id = next_chunk_++;
+    made_ids.push_back(c->id);
+    ++d.created;
+    chunks_[c->id] = std::move(c);
+  }
+  auto it = sessions_.find(session);
+  absl::Status failure = absl::OkStatus();
+  if (!scrubbed.ok()) {
+    failure = absl::InternalError(
+        absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
+                        dirty.size(), device, label, scrubbed.message()));
+  } else if (!created.ok()) {
+    failure = absl::Status(
+        created.code(),
+        absl::StrFormat("creating %d chunks on device %d for %s failed "
+                        "(the device may hold less than --capacity): %s",
+                        to_create, device, label, created.message()));
+  } else if (shutting_down_) {
+    failure = absl::UnavailableError("gmlaked is shutting down");
+  } else if (it == sessions_.end()) {
+    failure = absl::AbortedError(absl::StrFormat(
+        "session %d ended while its lease was being served", session));
+  }
+  if (!failure.ok()) {
+    // Undo: everything goes back to free, accounts as before.
+    if (it != sessions_.end()) {
+      // FreeChunkLocked un-charges per chunk; the rest (chunks never made)
+      // is un-charged here.
+      const uint64_t uncharged = (to_create)*size;
+      Session* live = it->second.get();
+      live->leased_bytes -= std::min(live->leased_bytes, uncharged);
+      auto u = uid_bytes_.find(uid);
+      if (u != uid_bytes_.end()) {
+        u->second -= std::min(u->second, uncharged);
+        if (u->second == 0) uid_bytes_.erase(u);
+      }
+    }
+    for (uint64_t id : clean) {
+      ChunkRec* c = chunks_.at(id).get();
+      FreeChunkLocked(c, c->last_uid);
+    }
+    for (uint64_t id : dirty) {
+      ChunkRec* c = chunks_.at(id).get();
+      FreeChunkLocked(c, scrubbed.ok() ? kNoUid : c->last_uid);
+    }
+    for (uint64_t id : made_ids) {
+      ChunkRec* c = chunks_.at(id).get();
+      ++d.free;
+      d.free_by_uid[kNoUid].push_back(id);
+      c->state = ChunkState::kFree;
+    }
+    freed_.SignalAll();
+    Logf("lease failed: %s", failure.message());
+    return fail(failure);
+  }
+  s = it->second.get();
+  for (uint64_t id : dirty) {
+    chunks_.at(id)->state = ChunkState::kLeased;
+    --d.scrubbing;
+    ++d.leased;
+  }
+  chunks_scrubbed_ += dirty.size();
+  for (uint64_t id : made_ids) {
+    ChunkRec* c = chunks_.at(id).get();
+    c->state = ChunkState::kLeased;
+    c->session = session;
+    ++d.leased;
+    s->chunks.insert(id);
+    ++s->leased_chunks_by_device[device];
+  }
+  LeaseGrant grant;
+  grant.lease_id = next_lease_++;
+  grant.device = device;
+  grant.chunk_size = size;
+  grant.chunk_ids = clean;
+  grant.chunk_ids.insert(grant.chunk_ids.end(), dirty.begin(), dirty.end());
+  grant.chunk_ids.insert(grant.chunk_ids.end(), made_ids.begin(),
+                         made_ids.end());
+  for (uint64_t id : grant.chunk_ids) chunks_.at(id)->last_uid = uid;
+  s->unclaimed[grant.lease_id] = {grant.chunk_ids, absl::Now()};
+  lease_owner_[grant.lease_id] = session;
+  ++leases_served_;
+  VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
+        grant.lease_id, count, FormatBytes(bytes), device, label, dirty.size(),
+        made_ids.size());
+  mu_.Unlock();
+  return grant;
+}
+
+absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
+                                                  absl::string_view token,
+                                                  uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session, token);
+  if (!found.ok()) return found.status();
+  auto owner = lease_owner_.find(lease_id);
+  if (owner == lease_owner_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "lease %d is unknown: never granted, claimed already, or expired "
+        "unclaimed (--claim_timeout)",
+        lease_id));
+  }
+  if (owner->second != session) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "lease %d belongs to another session, not to session %d", lease_id,
+        session));
+  }
+  Session* s = *found;
+  auto pending = s->unclaimed.find(lease_id);
+  if (pending == s->unclaimed.end()) {
+    lease_owner_.erase(owner);
+    return absl::NotFoundError(
+        absl::StrFormat("lease %d was claimed already", lease_id));
+  }
+  std::vector<uint64_t> ids = std::move(pending->second.chunk_ids);
+  s->unclaimed.erase(pending);
+  lease_owner_.erase(owner);
+  return ids;
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
+    uint64_t session, absl::Span<const uint64_t> chunk_ids) {
+  absl::MutexLock lock(&mu_);
+  std::vector<UniqueFd> fds;
+  fds.reserve(chunk_ids.size());
+  for (uint64_t id : chunk_ids) {
+    auto it = chunks_.find(id);
+    if (it == chunks_.end() || it->second->session != session ||
+        it->second->state != ChunkState::kLeased) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "chunk %d is no longer leased to session %d (returned before its "
+          "lease was claimed?)",
+          id, session));
+    }
+    const int fd = ::fcntl(it->second->fd.get(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("duplicating a chunk descriptor: ", std::strerror(errno),
+                       " (raise gmlaked's LimitNOFILE)"));
+    }
+    fds.emplace_back(fd);
+  }
+  return fds;
+}
+
+absl::StatusOr<uint64_t> Lake::Return(uint64_t session, absl::string_view token,
+                                      absl::Span<const uint64_t> chunk_ids) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> found = FindLocked(session, token);
+  if (!found.ok()) return found.status();
+  Session* s = *found;
+  absl::flat_hash_set<uint64_t> seen;
+  for (uint64_t id : chunk_ids) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d is listed twice; nothing was returned", id));
+    }
+    auto it = chunks_.find(id);
+    if (it == chunks_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("chunk %d does not exist; nothing was returned", id));
+    }
+    const ChunkRec& c = *it->second;
+    if (c.session != session || c.state != ChunkState::kLeased) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d is not leased to session %d (it is %s); nothing was "
+          "returned",
+          id, session,
+          c.state == ChunkState::kFree
+              ? "free"
+              : (c.state == ChunkState::kScrubbing ? "being zeroed"
+                                                   : "another session's")));
+    }
+  }
+  uint64_t bytes = 0;
+  for (uint64_t id : chunk_ids) {
+    ChunkRec* c = chunks_.at(id).get();
+    bytes += devices_[c->device].config.chunk_size;
+    FreeChunkLocked(c, c->last_uid);
+  }
+  // Returned before being claimed: they leave their pending lease.
+  for (auto& [lease, pending] : s->unclaimed) {
+    auto& ids = pending.chunk_ids;
+    ids.erase(std::remove_if(ids.begin(), ids.end(),
+                             [&](uint64_t id) { return seen.contains(id); }),
+              ids.end());
+  }
+  return bytes;
+}
+
+// --- Operators ---------------------------------------------------------------
+
+std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
+  std::vector<std::unique_ptr<ChunkRec>> gone;
+  uint64_t released = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
+      if (device >= 0 && i != device) continue;
+      Device& d = devices_[i];
+      const size_t size = d.config.chunk_size;
+      // Chunks that would need zeroing before reuse go first.
+      std::vector<int64_t> order;
+      for (const auto& [uid, list] : d.free_by_uid) {
+        if (uid != kNoUid) order.push_back(uid);
+      }
+      order.push_back(kNoUid);
+      for (int64_t uid : order) {
+        auto it = d.free_by_uid.find(uid);
+        if (it == d.free_by_uid.end()) continue;
+        auto& list = it->second;
+        while (!list.empty() && (bytes == 0 || released + size <= bytes)) {
+          auto c = chunks_.find(list.back());
+          list.pop_back();
+          gone.push_back(std::move(c->second));
+          chunks_.erase(c);
+          --d.free;
+          --d.created;
+          released += size;
+        }
+        if (list.empty()) d.free_by_uid.erase(it);
+      }
+    }
+    if (!gone.empty()) freed_.SignalAll();  // capacity to create anew
+  }
+  for (auto& c : gone) {
+    absl::Status s = backend_->ReleaseChunk(c->handle);
+    if (!s.ok()) Logf("trim: releasing chunk %d: %s", c->id, s.ToString());
+  }
+  if (!gone.empty()) {
+    Logf("trim: released %d chunks (%s) to the driver", gone.size(),
+         FormatBytes(released));
+  }
+  return {released, gone.size()};
+}
+
+void Lake::FillStatus(v1::StatusResponse* out) const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  out->set_backend(std::string(backend_->name()));
+  out->set_backend_description(backend_->Describe());
+  out->set_uptime_seconds(absl::ToDoubleSeconds(now - started_));
+  out->set_leases_served(leases_served_);
+  out->set_leases_failed(leases_failed_);
+  out->set_pressure_requests_sent(pressure_sent_);
+  out->set_chunks_scrubbed(chunks_scrubbed_);
+  out->set_sessions_ended(sessions_ended_);
+  out->set_scrub_policy(std::string(ScrubPolicyName(options_.scrub)));
+  out->set_uid_quota_bytes(options_.uid_quota_bytes);
+  out->set_session_quota_bytes(options_.session_quota_bytes);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const Device& d = devices_[i];
+    const uint64_t size = d.config.chunk_size;
+    v1::DeviceStatus* ds = out->add_devices();
+    ds->set_device(static_cast<int>(i));
+    ds->set_chunk_size(size);
+    ds->set_capacity_bytes(d.capacity_chunks * size);
+    ds->set_created_bytes(d.created * size);
+    ds->set_leased_bytes(d.leased * size);
+    ds->set_free_bytes(d.free * size);
+    ds->set_scrubbing_bytes(d.scrubbing * size);
+    ds->set_creating_bytes(d.creating * size);
+    ds->set_created_chunks(d.created);
+    ds->set_leased_chunks(d.leased);
+    ds->set_free_chunks(d.free);
+    ds->set_scrubbing_chunks(d.scrubbing);
+  }
+  std::vector<const Session*> list;
+  for (const auto& [id, s] : sessions_) list.push_back(s.get());
+  std::sort(list.begin(), list.end(),
+            [](const Session* a, const Session* b) { return a->id < b->id; });
+  for (const Session* s : list) {
+    v1::SessionStatus* ss = out->add_sessions();
+    ss->set_session_id(s->id);
+    ss->set_pid(s->bound ? s->peer.pid : s->claimed_pid);
+    ss->set_uid(s->bound ? static_cast<int64_t>(s->peer.uid) : -1);
+    ss->set_gid(s->bound ? static_cast<int64_t>(s->peer.gid) : -1);
+    ss->set_name(s->name);
+    ss->set_bound(s->bound);
+    ss->set_watching(s->sink != nullptr);
+    ss->set_leased_chunks(s->chunks.size());
+    ss->set_leased_bytes(s->leased_bytes);
+    ss->set_age_seconds(absl::ToDoubleSeconds(now - s->opened));
+    for (const auto& [dev, u] : s->usage) {
+      v1::DeviceUsage* du = ss->add_usage();
+      du->set_device(dev);
+      du->set_used_bytes(u.used_bytes);
+      du->set_cached_bytes(u.cached_bytes);
+    }
+    for (const auto& [dev, n] : s->leased_chunks_by_device) {
+      if (n == 0) continue;
+      v1::DeviceLeased* dl = ss->add_leased();
+      dl->set_device(dev);
+      dl->set_chunks(n);
+      dl->set_bytes(n * devices_[dev].config.chunk_size);
+    }
+  }
+}
+
+}  // namespace gmlake

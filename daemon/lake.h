@@ -1,0 +1,365 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Lake: gmlaked's books. It owns every physical chunk the daemon created and
+// knows, for each, exactly one state:
+//
+//   free       in the lake, ready to lease (remembers the uid that last held
+//              it, for scrubbing);
+//   leased     to one session (claimed or not yet claimed on the fd socket);
+//   scrubbing  being zeroed before it goes to a session of another uid.
+//
+// created = free + leased + scrubbing, per device, at every moment the lock
+// is not held. Chunks are created on demand (or ahead of time) up to a
+// capacity per device, exported once (the first export costs ~0.6 ms on an
+// H200) and the descriptor kept: each lease sends a duplicate.
+//
+// Sessions are opened over gRPC with a claimed pid and become usable only
+// once bound on the fd socket, where the daemon learns the peer's real
+// pid/uid/gid (SO_PEERCRED). A session ends when its client closes it, its
+// Watch stream or fd-socket connection breaks, its process exits, or it is
+// never bound; its chunks then go back to the lake.
+//
+// Under pressure (a lease that free chunks and capacity cannot serve), the
+// lake asks other sessions, largest cached first, to return memory through
+// their Watch streams and waits a bounded time for it.
+//
+// Thread-safe. Callbacks (PressureSink, end-of-session hooks) are always
+// called without the lake's lock held.
+
+#ifndef GMLAKE_DAEMON_LAKE_H_
+#define GMLAKE_DAEMON_LAKE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/unique_fd.h"
+#include "common/vmm.h"
+#include "proto/gmlake.pb.h"
+
+namespace gmlake {
+
+// Which chunks are zeroed before they are leased again.
+enum class ScrubPolicy {
+  // Every chunk that was leased before, whoever gets it next.
+  kAlways,
+  // Chunks whose last holder had another uid than the next one (default).
+  kCrossUid,
+  // None (a single-tenant node).
+  kNever,
+};
+
+// "always", "cross-uid", "never" <-> ScrubPolicy.
+absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view text);
+absl::string_view ScrubPolicyName(ScrubPolicy policy);
+
+struct LakeDeviceConfig {
+  // Size of every chunk on the device: a positive multiple of the backend's
+  // granularity.
+  size_t chunk_size = 0;
+  // The most bytes the lake creates on the device (rounded down to chunks).
+  uint64_t capacity_bytes = 0;
+  // Bytes to create at start-up, before any lease (<= capacity).
+  uint64_t precreate_bytes = 0;
+};
+
+struct LakeOptions {
+  // One entry per device the backend has, in device order.
+  std::vector<LakeDeviceConfig> devices;
+  // Most bytes all sessions of one uid may hold, over all devices (0: no
+  // limit). Flag name, for messages: --uid_quota.
+  uint64_t uid_quota_bytes = 0;
+  // Most bytes one session may hold, over all devices (0: no limit).
+  // --session_quota.
+  uint64_t session_quota_bytes = 0;
+  ScrubPolicy scrub = ScrubPolicy::kCrossUid;
+  // How long a lease waits for other sessions to return memory.
+  absl::Duration reclaim_timeout = absl::Seconds(2);
+  // Sessions not bound on the fd socket within this are dropped.
+  absl::Duration bind_timeout = absl::Seconds(10);
+  // Leases whose descriptors are not claimed within this go back.
+  absl::Duration claim_timeout = absl::Seconds(30);
+  // Most sessions at once.
+  size_t max_sessions = 8192;
+  // Whether the fd-socket peer's pid must equal the pid claimed at
+  // OpenSession (turn off for clients in another pid namespace).
+  bool check_claimed_pid = true;
+  // Reported to clients in OpenSession.
+  std::string fd_socket_path;
+};
+
+// The real identity of a client, from SO_PEERCRED.
+struct PeerIdentity {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// A request for memory back, sent on a session's Watch stream.
+struct Pressure {
+  int device = 0;
+  uint64_t bytes = 0;
+  std::string reason;
+};
+
+// Where a session's pressure requests go (its Watch stream). Implementations
+// must not block and must not call back into the Lake from Send or Close.
+class PressureSink {
+ public:
+  virtual ~PressureSink() = default;
+  // Queues a request to the client.
+  virtual void Send(const Pressure& pressure) = 0;
+  // The session has ended (`why`): finish the stream.
+  virtual void Close(const absl::Status& why) = 0;
+};
+
+struct SessionTicket {
+  uint64_t id = 0;
+  std::string token;
+};
+
+struct LeaseGrant {
+  uint64_t lease_id = 0;
+  int device = 0;
+  size_t chunk_size = 0;
+  std::vector<uint64_t> chunk_ids;
+};
+
+struct DeviceUsageReport {
+  int device = 0;
+  uint64_t used_bytes = 0;
+  uint64_t cached_bytes = 0;
+};
+
+class Lake {
+ public:
+  // Checks `options` against `backend` (which must outlive the lake and
+  // have memory that can be exported) and creates the precreate chunks.
+  // InvalidArgument naming the bad option.
+  static absl::StatusOr<std::unique_ptr<Lake>> Create(VmmBackend* backend,
+                                                      LakeOptions options);
+  // Ends every session and releases every chunk.
+  ~Lake();
+  Lake(const Lake&) = delete;
+  Lake& operator=(const Lake&) = delete;
+
+  VmmBackend* backend() const { return backend_; }
+  const LakeOptions& options() const { return options_; }
+
+  // --- Sessions --------------------------------------------------------------
+
+  // Opens an unbound session for a client that says it is `claimed_pid`.
+  // ResourceExhausted past max_sessions.
+  absl::StatusOr<SessionTicket> OpenSession(pid_t claimed_pid,
+                                            absl::string_view name);
+  // Binds a session to the fd-socket connection whose peer is `peer`. From
+  // then on the session is usable, its uid/gid are the peer's and
+  // `on_end` (may be null) is called once when the session ends, for any
+  // reason. PermissionDenied for a bad token, a pid that is not the claimed
+  // one (with check_claimed_pid) or a session bound already.
+  absl::Status BindSession(uint64_t session, absl::string_view token,
+                           const PeerIdentity& peer,
+                           std::function<void()> on_end);
+  // OK if `token` is the session's; NotFound / PermissionDenied otherwise.
+  absl::Status Authenticate(uint64_t session, absl::string_view token) const;
+  // Routes the session's pressure requests to `sink`, replacing (and
+  // closing) an earlier one. When the session ends, sink->Close is called.
+  absl::Status AttachWatcher(uint64_t session, absl::string_view token,
+                             std::shared_ptr<PressureSink> sink);
+  // The Watch stream behind `sink` broke: ends its session, unless another
+  // sink replaced it or the session ended already.
+  void WatcherGone(uint64_t session, const PressureSink* sink);
+  // Records the client's usage figures.
+  absl::Status ReportUsage(uint64_t session, absl::string_view token,
+                           absl::Span<const DeviceUsageReport> usage);
+  // Ends a session at its client's request; returns the bytes it held.
+  absl::StatusOr<uint64_t> CloseSession(uint64_t session,
+                                        absl::string_view token);
+  // Ends a session for `reason` (logged and sent to its watcher), returning
+  // all its chunks to the lake. Returns the bytes it held; 0 if the session
+  // does not exist.
+  uint64_t EndSession(uint64_t session, absl::string_view reason);
+
+  // Ends sessions whose process is gone and sessions never bound within
+  // bind_timeout, and returns leases not claimed within claim_timeout.
+  // Called periodically (every 200 ms) by the daemon. Returns the number of
+  // sessions ended.
+  int CheckLiveness();
+
+  // --- Leases ----------------------------------------------------------------
+
+  // Leases `count` chunks on `device` to a bound session, all or nothing,
+  // asking other sessions for memory and waiting up to reclaim_timeout if
+  // needed. ResourceExhausted with a message naming the quota, or what was
+  // asked and what the lake has.
+  absl::StatusOr<LeaseGrant> Lease(uint64_t session, absl::string_view token,
+                                   int device, uint64_t count);
+  // Starts delivering a lease: returns its chunk ids (at most once per
+  // lease). NotFound for an unknown or already claimed lease,
+  // PermissionDenied for another session's lease.
+  absl::StatusOr<std::vector<uint64_t>> Claim(uint64_t session,
+                                              absl::string_view token,
+                                              uint64_t lease_id);
+  // Duplicates the exported descriptors of `chunk_ids`, which must all be
+  // leased to `session`, for sending. The caller owns them.
+  absl::StatusOr<std::vector<UniqueFd>> DupChunkFds(
+      uint64_t session, absl::Span<const uint64_t> chunk_ids);
+  // Returns chunks of the session to the lake: all or nothing
+  // (InvalidArgument naming the first chunk that is not leased to it).
+  // Returns the bytes returned.
+  absl::StatusOr<uint64_t> Return(uint64_t session, absl::string_view token,
+                                  absl::Span<const uint64_t> chunk_ids);
+
+  // --- Operators -------------------------------------------------------------
+
+  // Releases free chunks to the driver: up to `bytes` (0: all) on `device`
+  // (-1: all devices). Returns {bytes, chunks} released.
+  std::pair<uint64_t, uint64_t> Trim(int device, uint64_t bytes);
+  // Fills the books, the sessions and the counters into `out`.
+  void FillStatus(v1::StatusResponse* out) const;
+
+  // Ends every session ("gmlaked is shutting down"), fails waiting leases
+  // with Unavailable and refuses new sessions. Chunks stay until the
+  // destructor.
+  void Shutdown();
+
+ private:
+  enum class ChunkState { kFree, kLeased, kScrubbing };
+  // A uid that never held a chunk: a fresh chunk needs no scrubbing.
+  static constexpr int64_t kNoUid = -1;
+
+  struct ChunkRec {
+    uint64_t id = 0;
+    int device = 0;
+    ChunkHandle handle = 0;
+    UniqueFd fd;  // exported once, duplicated for every send
+    ChunkState state = ChunkState::kFree;
+    uint64_t session = 0;       // when leased or scrubbing
+    int64_t last_uid = kNoUid;  // uid of the last holder
+  };
+
+  struct Session {
+    uint64_t id = 0;
+    std::string token;
+    pid_t claimed_pid = 0;
+    std::string name;
+    absl::Time opened;
+    bool bound = false;
+    PeerIdentity peer;
+    UniqueFd pidfd;               // to notice the process exit (may be -1)
+    uint64_t pid_start_time = 0;  // /proc/<pid>/stat field 22, if no pidfd
+    std::function<void()> on_end;
+    std::shared_ptr<PressureSink> sink;
+    absl::flat_hash_set<uint64_t> chunks;  // leased or being scrubbed for it
+    std::map<int, uint64_t> leased_chunks_by_device;
+    uint64_t leased_bytes = 0;
+    uint64_t pending_bytes = 0;  // being created/scrubbed in Lease
+    std::map<int, DeviceUsageReport> usage;
+    uint64_t reports = 0;  // ReportUsage calls, to see answers to pressure
+    struct PendingLease {
+      std::vector<uint64_t> chunk_ids;
+      absl::Time granted;
+    };
+    absl::flat_hash_map<uint64_t, PendingLease> unclaimed;
+  };
+
+  struct Device {
+    LakeDeviceConfig config;
+    uint64_t capacity_chunks = 0;
+    uint64_t created = 0;  // chunks in chunks_ of this device
+    uint64_t creating = 0;
+    uint64_t leased = 0;
+    uint64_t scrubbing = 0;
+    uint64_t free = 0;
+    // Free chunk ids by the uid that last held them (kNoUid: fresh).
+    absl::flat_hash_map<int64_t, std::vector<uint64_t>> free_by_uid;
+  };
+
+  // What to do once the lock is released: hooks and sinks of ended
+  // sessions, pressure to send, chunks to release.
+  struct Aftermath {
+    std::vector<std::function<void()>> hooks;
+    std::vector<std::pair<std::shared_ptr<PressureSink>, absl::Status>> closes;
+    std::vector<std::pair<std::shared_ptr<PressureSink>, Pressure>> sends;
+    std::vector<ChunkHandle> releases;
+    void Run(VmmBackend* backend);
+  };
+
+  Lake(VmmBackend* backend, LakeOptions options);
+  absl::Status Precreate();
+
+  absl::StatusOr<Session*> FindLocked(uint64_t session,
+                                      absl::string_view token) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t EndSessionLocked(uint64_t session, absl::string_view reason,
+                            Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a chunk held by a session (or being scrubbed for it) back to free.
+  void FreeChunkLocked(ChunkRec* c, int64_t last_uid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes up to `n` free chunks of `device` for a session of `uid`,
+  // preferring chunks that need no scrubbing. Fills `clean` and `dirty`.
+  void TakeFreeLocked(int device, int64_t uid, uint64_t n,
+                      std::vector<uint64_t>* clean,
+                      std::vector<uint64_t>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NeedsScrub(int64_t last_uid, int64_t next_uid) const;
+  // Asks sessions other than `asker` to return about `bytes` on `device`.
+  // Returns the ids of the sessions asked.
+  std::vector<uint64_t> SendPressureLocked(const Session& asker, int device,
+                                           uint64_t bytes, Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t UidBytesLocked(int64_t uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Zeroes chunks through a scratch mapping (no lock needed: the chunks are
+  // in state kScrubbing and nobody else touches them).
+  absl::Status Scrub(int device, absl::Span<const ChunkHandle> handles);
+  // Creates and exports `n` chunks on `device` (no lock held).
+  absl::Status CreateChunks(int device, uint64_t n,
+                            std::vector<std::unique_ptr<ChunkRec>>* out);
+
+  VmmBackend* const backend_;
+  const LakeOptions options_;
+  const absl::Time started_;
+
+  mutable absl::Mutex mu_;
+  // Signalled whenever chunks become free or capacity frees up.
+  absl::CondVar freed_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<ChunkRec>> chunks_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  // Bytes leased (or pending) per uid, over all devices.
+  absl::flat_hash_map<int64_t, uint64_t> uid_bytes_ ABSL_GUARDED_BY(mu_);
+  // Lease id -> session, for telling "another session's lease" apart.
+  absl::flat_hash_map<uint64_t, uint64_t> lease_owner_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_chunk_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  int waiting_leases_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Counters for Status.
+  uint64_t leases_served_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t leases_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t chunks_scrubbed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sessions_ended_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_DAEMON_LAKE_H_

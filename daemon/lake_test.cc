@@ -1,0 +1,597 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The Lake's books against the host backend: real memfd chunks, real
+// descriptors. Identities are given directly here (the fd server takes them
+// from SO_PEERCRED); the integration tests cover the sockets.
+
+#include "daemon/lake.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/vmm.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kChunk = 2 << 20;
+
+std::unique_ptr<VmmBackend> HostBackendOrDie(int devices = 1) {
+  BackendOptions o;
+  o.kind = "host";
+  o.host_devices = devices;
+  o.host_capacity_bytes = size_t{1} << 30;
+  absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return *std::move(b);
+}
+
+LakeOptions Options(uint64_t capacity_chunks, int devices = 1) {
+  LakeOptions o;
+  for (int i = 0; i < devices; ++i) {
+    o.devices.push_back({kChunk, capacity_chunks * kChunk, 0});
+  }
+  o.reclaim_timeout = absl::Milliseconds(300);
+  o.fd_socket_path = "/test/fd.sock";
+  return o;
+}
+
+struct Books {
+  uint64_t created = 0, leased = 0, free = 0, scrubbing = 0;
+  size_t sessions = 0;
+};
+
+Books GetBooks(const Lake& lake, int device = 0) {
+  v1::StatusResponse st;
+  lake.FillStatus(&st);
+  const v1::DeviceStatus& d = st.devices(device);
+  // The invariant every test relies on.
+  EXPECT_EQ(d.created_chunks(),
+            d.free_chunks() + d.leased_chunks() + d.scrubbing_chunks());
+  return {d.created_chunks(), d.leased_chunks(), d.free_chunks(),
+          d.scrubbing_chunks(), static_cast<size_t>(st.sessions_size())};
+}
+
+// Records pressure requests; optionally runs a reaction on another thread
+// (as a client would, after its Watch stream delivers the request).
+class RecordingSink : public PressureSink {
+ public:
+  explicit RecordingSink(std::function<void(const Pressure&)> react = nullptr)
+      : react_(std::move(react)) {}
+  ~RecordingSink() override {
+    for (auto& t : threads_) t.join();
+  }
+  void Send(const Pressure& p) override {
+    absl::MutexLock l(&mu_);
+    got_.push_back(p);
+    if (react_) threads_.emplace_back(react_, p);
+  }
+  void Close(const absl::Status& why) override {
+    absl::MutexLock l(&mu_);
+    closed_ = why;
+  }
+  std::vector<Pressure> got() {
+    absl::MutexLock l(&mu_);
+    return got_;
+  }
+  absl::Status closed() {
+    absl::MutexLock l(&mu_);
+    return closed_;
+  }
+
+ private:
+  std::function<void(const Pressure&)> react_;
+  absl::Mutex mu_;
+  std::vector<Pressure> got_;
+  absl::Status closed_ = absl::OkStatus();
+  std::vector<std::thread> threads_;
+};
+
+class LakeTest : public ::testing::Test {
+ protected:
+  void Make(LakeOptions options, int devices = 1) {
+    backend_ = HostBackendOrDie(devices);
+    absl::StatusOr<std::unique_ptr<Lake>> lake =
+        Lake::Create(backend_.get(), std::move(options));
+    ASSERT_TRUE(lake.ok()) << lake.status();
+    lake_ = *std::move(lake);
+  }
+  // Opens and binds a session as `uid`.
+  SessionTicket Open(uid_t uid, const std::string& name = "t",
+                     std::function<void()> on_end = nullptr) {
+    absl::StatusOr<SessionTicket> t = lake_->OpenSession(::getpid(), name);
+    EXPECT_TRUE(t.ok()) << t.status();
+    absl::Status b =
+        lake_->BindSession(t->id, t->token, {::getpid(), uid, uid}, on_end);
+    EXPECT_TRUE(b.ok()) << b;
+    return *t;
+  }
+  // Reads the first bytes of a chunk leased to `t`, through a fresh import
+  // of its descriptor (as a client would see it).
+  std::vector<uint8_t> Peek(const SessionTicket& t, uint64_t chunk,
+                            size_t n = 64) {
+    absl::StatusOr<std::vector<UniqueFd>> fds =
+        lake_->DupChunkFds(t.id, {chunk});
+    EXPECT_TRUE(fds.ok()) << fds.status();
+    std::vector<uint8_t> out(n, 0xEE);
+    if (!fds.ok()) return out;
+    absl::StatusOr<ChunkHandle> h =
+        backend_->ImportChunk((*fds)[0].get(), 0, kChunk);
+    EXPECT_TRUE(h.ok()) << h.status();
+    Chunk owned(backend_.get(), *h, 0, kChunk);
+    absl::StatusOr<VirtualRange> r =
+        VirtualRange::Reserve(backend_.get(), kChunk);
+    EXPECT_TRUE(r.ok());
+    const int devs[] = {0};
+    absl::StatusOr<Mapping> m =
+        Mapping::Map(backend_.get(), r->base(), kChunk, *h, devs);
+    EXPECT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(backend_->CopyToHost(out.data(), r->base(), n).ok());
+    return out;
+  }
+  void Poke(const SessionTicket& t, uint64_t chunk, uint8_t value) {
+    absl::StatusOr<std::vector<UniqueFd>> fds =
+        lake_->DupChunkFds(t.id, {chunk});
+    ASSERT_TRUE(fds.ok()) << fds.status();
+    absl::StatusOr<ChunkHandle> h =
+        backend_->ImportChunk((*fds)[0].get(), 0, kChunk);
+    ASSERT_TRUE(h.ok());
+    Chunk owned(backend_.get(), *h, 0, kChunk);
+    absl::StatusOr<VirtualRange> r =
+        VirtualRange::Reserve(backend_.get(), kChunk);
+    ASSERT_TRUE(r.ok());
+    const int devs[] = {0};
+    absl::StatusOr<Mapping> m =
+        Mapping::Map(backend_.get(), r->base(), kChunk, *h, devs);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(backend_->Fill(r->base(), value, kChunk).ok());
+  }
+
+  std::unique_ptr<VmmBackend> backend_;
+  std::unique_ptr<Lake> lake_;
+};
+
+TEST_F(LakeTest, LeaseClaimReturnBalanceTheBooks) {
+  Make(Options(8));
+  SessionTicket a = Open(1000);
+  EXPECT_EQ(GetBooks(*lake_).created, 0u);
+
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 3);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->chunk_ids.size(), 3u);
+  EXPECT_EQ(g->chunk_size, kChunk);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.created, 3u);
+  EXPECT_EQ(b.leased, 3u);
+  EXPECT_EQ(b.free, 0u);
+
+  absl::StatusOr<std::vector<uint64_t>> ids =
+      lake_->Claim(a.id, a.token, g->lease_id);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, g->chunk_ids);
+  absl::StatusOr<std::vector<UniqueFd>> fds = lake_->DupChunkFds(a.id, *ids);
+  ASSERT_TRUE(fds.ok());
+  for (const UniqueFd& fd : *fds) EXPECT_TRUE(fd.valid());
+  // A lease is claimed once.
+  EXPECT_EQ(lake_->Claim(a.id, a.token, g->lease_id).status().code(),
+            absl::StatusCode::kNotFound);
+
+  absl::StatusOr<uint64_t> back =
+      lake_->Return(a.id, a.token, {g->chunk_ids[0], g->chunk_ids[1]});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, 2 * kChunk);
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 1u);
+  EXPECT_EQ(b.free, 2u);
+
+  // The next lease reuses free chunks before creating.
+  g = lake_->Lease(a.id, a.token, 0, 4);
+  ASSERT_TRUE(g.ok()) << g.status();
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.created, 5u);
+  EXPECT_EQ(b.leased, 5u);
+
+  absl::StatusOr<uint64_t> closed = lake_->CloseSession(a.id, a.token);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_EQ(*closed, 5 * kChunk);
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.free, 5u);
+  EXPECT_EQ(b.sessions, 0u);
+}
+
+TEST_F(LakeTest, SessionsMustBeBoundAndAuthenticated) {
+  Make(Options(4));
+  absl::StatusOr<SessionTicket> t = lake_->OpenSession(::getpid(), "x");
+  ASSERT_TRUE(t.ok());
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(t->id, t->token, 0, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(g.status().message(), HasSubstr("not bound"));
+
+  EXPECT_EQ(lake_->Lease(t->id, "wrong", 0, 1).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(lake_->Lease(t->id + 100, t->token, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  // The fd-socket peer must be the process that opened the session.
+  absl::Status bind =
+      lake_->BindSession(t->id, t->token, {::getpid() + 1, 0, 0}, nullptr);
+  EXPECT_EQ(bind.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(bind.message(), HasSubstr("opened for pid"));
+  ASSERT_TRUE(
+      lake_->BindSession(t->id, t->token, {::getpid(), 5, 5}, nullptr).ok());
+  EXPECT_EQ(
+      lake_->BindSession(t->id, t->token, {::getpid(), 5, 5}, nullptr).code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(lake_->Lease(t->id, t->token, 0, 1).ok());
+  EXPECT_EQ(lake_->Lease(t->id, t->token, 3, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(lake_->Lease(t->id, t->token, 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(lake_->OpenSession(0, "bad").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(LakeTest, QuotasNameTheFlag) {
+  LakeOptions o = Options(64);
+  o.uid_quota_bytes = 10 * kChunk;
+  o.session_quota_bytes = 6 * kChunk;
+  Make(std::move(o));
+  SessionTicket a = Open(1000);
+  SessionTicket b = Open(1000);
+  ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 5).ok());
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 2);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(), HasSubstr("would put session 1 (t, pid"));
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("at 14.00 MiB, over its quota "
+                        "of 12.00 MiB (--session_quota)"));
+  ASSERT_TRUE(lake_->Lease(b.id, b.token, 0, 4).ok());
+  g = lake_->Lease(b.id, b.token, 0, 2);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("lease of 4.00 MiB would put uid 1000 at 22.00 MiB, "
+                        "over its quota of 20.00 MiB (--uid_quota)"));
+  // Another uid has its own quota.
+  SessionTicket c = Open(2000);
+  EXPECT_TRUE(lake_->Lease(c.id, c.token, 0, 6).ok());
+  // Returning makes room again.
+  ASSERT_TRUE(lake_->CloseSession(a.id, a.token).ok());
+  EXPECT_TRUE(lake_->Lease(b.id, b.token, 0, 2).ok());
+  // Failed leases left nothing behind.
+  Books books = GetBooks(*lake_);
+  EXPECT_EQ(books.leased, 12u);
+}
+
+TEST_F(LakeTest, FullLakeWithNobodyToAskFailsAtOnce) {
+  Make(Options(4));
+  SessionTicket a = Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 5);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(), HasSubstr("whole capacity"));
+  ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 4).ok());
+  const absl::Time start = absl::Now();
+  g = lake_->Lease(a.id, a.token, 0, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(), HasSubstr("no other session holds"));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));
+}
+
+TEST_F(LakeTest, PressureMakesAnIdleSessionReturn) {
+  Make(Options(4));
+  SessionTicket idle = Open(1000, "idle");
+  absl::StatusOr<LeaseGrant> held = lake_->Lease(idle.id, idle.token, 0, 4);
+  ASSERT_TRUE(held.ok());
+  std::vector<uint64_t> ids = held->chunk_ids;
+  absl::Notification answered;
+  // The idle client answers like DaemonChunkSource: returns what it was
+  // asked for, then reports its usage.
+  auto sink = std::make_shared<RecordingSink>([&](const Pressure& p) {
+    const size_t n = p.bytes / kChunk;
+    std::vector<uint64_t> give(ids.begin(), ids.begin() + n);
+    EXPECT_TRUE(lake_->Return(idle.id, idle.token, give).ok());
+    DeviceUsageReport u{0, 0, (4 - n) * kChunk};
+    EXPECT_TRUE(lake_->ReportUsage(idle.id, idle.token, {u}).ok());
+    answered.Notify();
+  });
+  ASSERT_TRUE(lake_->AttachWatcher(idle.id, idle.token, sink).ok());
+  DeviceUsageReport u{0, 0, 4 * kChunk};
+  ASSERT_TRUE(lake_->ReportUsage(idle.id, idle.token, {u}).ok());
+
+  SessionTicket busy = Open(1000, "busy");
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(busy.id, busy.token, 0, 3);
+  ASSERT_TRUE(g.ok()) << g.status();
+  answered.WaitForNotification();
+  ASSERT_EQ(sink->got().size(), 1u);
+  EXPECT_EQ(sink->got()[0].bytes, 3 * kChunk);
+  EXPECT_THAT(sink->got()[0].reason, HasSubstr("busy"));
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 4u);
+  EXPECT_EQ(b.created, 4u);
+  v1::StatusResponse st;
+  lake_->FillStatus(&st);
+  EXPECT_EQ(st.pressure_requests_sent(), 1u);
+}
+
+TEST_F(LakeTest, PressureIgnoredFailsAfterTheTimeoutOrAnswers) {
+  Make(Options(2));
+  SessionTicket hog = Open(1000, "hog");
+  ASSERT_TRUE(lake_->Lease(hog.id, hog.token, 0, 2).ok());
+  auto silent = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, silent).ok());
+  SessionTicket other = Open(1001, "other");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(other.id, other.token, 0, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(), HasSubstr("--reclaim_timeout"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+  EXPECT_EQ(silent->got().size(), 1u);
+
+  // A session that answers "nothing to give" ends the wait early.
+  auto refuses = std::make_shared<RecordingSink>([&](const Pressure&) {
+    DeviceUsageReport u{0, 2 * kChunk, 0};
+    EXPECT_TRUE(lake_->ReportUsage(hog.id, hog.token, {u}).ok());
+  });
+  ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, refuses).ok());
+  EXPECT_FALSE(silent->closed().ok());  // replaced
+  g = lake_->Lease(other.id, other.token, 0, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(), HasSubstr("they returned less"));
+  EXPECT_EQ(GetBooks(*lake_).leased, 2u);
+}
+
+TEST_F(LakeTest, CrossUidChunksAreZeroedSameUidKept) {
+  Make(Options(1));
+  SessionTicket a = Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 1);
+  ASSERT_TRUE(g.ok());
+  const uint64_t chunk = g->chunk_ids[0];
+  Poke(a, chunk, 0xAB);
+  ASSERT_TRUE(lake_->Return(a.id, a.token, {chunk}).ok());
+
+  // Same uid: no scrub, the bytes are still there.
+  SessionTicket a2 = Open(1000);
+  g = lake_->Lease(a2.id, a2.token, 0, 1);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->chunk_ids[0], chunk);
+  EXPECT_EQ(Peek(a2, chunk)[0], 0xAB);
+  ASSERT_TRUE(lake_->CloseSession(a2.id, a2.token).ok());
+
+  // Another uid: zeroed first.
+  SessionTicket b = Open(2000);
+  g = lake_->Lease(b.id, b.token, 0, 1);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->chunk_ids[0], chunk);
+  EXPECT_EQ(Peek(b, chunk), std::vector<uint8_t>(64, 0));
+  v1::StatusResponse st;
+  lake_->FillStatus(&st);
+  EXPECT_EQ(st.chunks_scrubbed(), 1u);
+}
+
+TEST_F(LakeTest, ScrubAlwaysAndNever) {
+  for (ScrubPolicy policy : {ScrubPolicy::kAlways, ScrubPolicy::kNever}) {
+    LakeOptions o = Options(1);
+    o.scrub = policy;
+    Make(std::move(o));
+    SessionTicket a = Open(1000);
+    absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 1);
+    ASSERT_TRUE(g.ok());
+    Poke(a, g->chunk_ids[0], 0x5A);
+    ASSERT_TRUE(lake_->CloseSession(a.id, a.token).ok());
+    SessionTicket next = Open(policy == ScrubPolicy::kAlways ? 1000 : 3000);
+    g = lake_->Lease(next.id, next.token, 0, 1);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(Peek(next, g->chunk_ids[0])[10],
+              policy == ScrubPolicy::kAlways ? 0 : 0x5A)
+        << ScrubPolicyName(policy);
+    lake_.reset();
+  }
+}
+
+TEST_F(LakeTest, ForeignAndUnknownIdsAreRefusedWithoutSideEffects) {
+  Make(Options(8));
+  SessionTicket a = Open(1000);
+  SessionTicket b = Open(1000);
+  absl::StatusOr<LeaseGrant> ga = lake_->Lease(a.id, a.token, 0, 2);
+  absl::StatusOr<LeaseGrant> gb = lake_->Lease(b.id, b.token, 0, 2);
+  ASSERT_TRUE(ga.ok() && gb.ok());
+
+  absl::StatusOr<std::vector<uint64_t>> c =
+      lake_->Claim(b.id, b.token, ga->lease_id);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(c.status().message(), HasSubstr("another session"));
+  c = lake_->Claim(a.id, a.token, 999999);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  // a's lease is still claimable by a.
+  EXPECT_TRUE(lake_->Claim(a.id, a.token, ga->lease_id).ok());
+
+  absl::StatusOr<uint64_t> r =
+      lake_->Return(a.id, a.token, {ga->chunk_ids[0], gb->chunk_ids[0]});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("nothing was returned"));
+  r = lake_->Return(a.id, a.token, {ga->chunk_ids[0], ga->chunk_ids[0]});
+  EXPECT_THAT(r.status().message(), HasSubstr("listed twice"));
+  r = lake_->Return(a.id, a.token, {424242});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetBooks(*lake_).leased, 4u);
+  EXPECT_EQ(lake_->DupChunkFds(a.id, {gb->chunk_ids[0]}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(LakeTest, EndingASessionRunsItsHooksAndFreesItsChunks) {
+  Make(Options(8));
+  std::atomic<int> ended{0};
+  SessionTicket a = Open(1000, "a", [&] { ++ended; });
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(lake_->AttachWatcher(a.id, a.token, sink).ok());
+  ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 3).ok());
+  EXPECT_EQ(lake_->EndSession(a.id, "test"), 3 * kChunk);
+  EXPECT_EQ(ended.load(), 1);
+  EXPECT_EQ(sink->closed().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(sink->closed().message(), HasSubstr("test"));
+  EXPECT_EQ(lake_->EndSession(a.id, "again"), 0u);
+  EXPECT_EQ(ended.load(), 1);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.free, 3u);
+  EXPECT_EQ(b.sessions, 0u);
+
+  // A broken Watch stream ends its session too.
+  SessionTicket c = Open(1000);
+  auto sink2 = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(lake_->AttachWatcher(c.id, c.token, sink2).ok());
+  ASSERT_TRUE(lake_->Lease(c.id, c.token, 0, 2).ok());
+  lake_->WatcherGone(c.id, sink.get());  // not its sink: ignored
+  EXPECT_EQ(GetBooks(*lake_).sessions, 1u);
+  lake_->WatcherGone(c.id, sink2.get());
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.sessions, 0u);
+  EXPECT_EQ(b.leased, 0u);
+}
+
+TEST_F(LakeTest, LivenessEndsDeadProcessesUnboundSessionsAndOldLeases) {
+  LakeOptions o = Options(8);
+  o.bind_timeout = absl::Milliseconds(50);
+  o.claim_timeout = absl::Milliseconds(50);
+  Make(std::move(o));
+  // A real process that exits.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::usleep(200 * 1000);
+    ::_exit(0);
+  }
+  absl::StatusOr<SessionTicket> t = lake_->OpenSession(child, "child");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(
+      lake_->BindSession(t->id, t->token, {child, 1000, 1000}, nullptr).ok());
+  absl::StatusOr<LeaseGrant> child_lease = lake_->Lease(t->id, t->token, 0, 2);
+  ASSERT_TRUE(child_lease.ok());
+  ASSERT_TRUE(lake_->Claim(t->id, t->token, child_lease->lease_id).ok());
+  absl::StatusOr<SessionTicket> unbound = lake_->OpenSession(::getpid(), "u");
+  ASSERT_TRUE(unbound.ok());
+  SessionTicket me = Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(me.id, me.token, 0, 1);
+  ASSERT_TRUE(g.ok());
+
+  EXPECT_EQ(lake_->CheckLiveness(), 0);
+  absl::SleepFor(absl::Milliseconds(100));
+  // The unbound session is dropped and my unclaimed lease goes back.
+  EXPECT_EQ(lake_->CheckLiveness(), 1);
+  EXPECT_EQ(GetBooks(*lake_).leased, 2u);
+  EXPECT_EQ(lake_->Claim(me.id, me.token, g->lease_id).status().code(),
+            absl::StatusCode::kNotFound);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(lake_->CheckLiveness(), 1);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 0u);
+  EXPECT_EQ(b.free, 3u);
+  EXPECT_EQ(b.sessions, 1u);
+}
+
+TEST_F(LakeTest, TrimReleasesFreeChunksAndPrecreate) {
+  LakeOptions o = Options(8);
+  o.devices[0].precreate_bytes = 5 * kChunk;
+  Make(std::move(o));
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.created, 5u);
+  EXPECT_EQ(b.free, 5u);
+  SessionTicket a = Open(1000);
+  ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 2).ok());
+  EXPECT_EQ(lake_->Trim(0, kChunk),
+            std::make_pair(uint64_t{kChunk}, uint64_t{1}));
+  EXPECT_EQ(lake_->Trim(-1, 0),
+            std::make_pair(uint64_t{2 * kChunk}, uint64_t{2}));
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.created, 2u);
+  EXPECT_EQ(b.free, 0u);
+  EXPECT_EQ(b.leased, 2u);
+  // Capacity freed by the trim can be created again.
+  EXPECT_TRUE(lake_->Lease(a.id, a.token, 0, 6).ok());
+}
+
+TEST_F(LakeTest, BadOptionsAreRefused) {
+  backend_ = HostBackendOrDie();
+  LakeOptions o = Options(4);
+  o.devices[0].chunk_size = 3 << 20;
+  EXPECT_THAT(Lake::Create(backend_.get(), o).status().message(),
+              HasSubstr("--chunk_size"));
+  o = Options(4);
+  o.devices[0].capacity_bytes = 1 << 20;
+  EXPECT_THAT(Lake::Create(backend_.get(), o).status().message(),
+              HasSubstr("--capacity"));
+  o = Options(4, 2);
+  EXPECT_FALSE(Lake::Create(backend_.get(), o).ok());
+}
+
+TEST_F(LakeTest, ConcurrentLeasesAndReturnsKeepTheBooks) {
+  Make(Options(32));
+  std::vector<std::thread> threads;
+  std::atomic<int> served{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      SessionTicket s = Open(1000 + t % 3);
+      std::mt19937 rng(t);
+      std::vector<uint64_t> mine;
+      for (int i = 0; i < 200; ++i) {
+        if (rng() % 2 == 0 || mine.empty()) {
+          absl::StatusOr<LeaseGrant> g =
+              lake_->Lease(s.id, s.token, 0, 1 + rng() % 4);
+          if (g.ok()) {
+            ++served;
+            mine.insert(mine.end(), g->chunk_ids.begin(), g->chunk_ids.end());
+          }
+        } else {
+          const size_t n = 1 + rng() % mine.size();
+          std::vector<uint64_t> give(mine.end() - n, mine.end());
+          mine.resize(mine.size() - n);
+          EXPECT_TRUE(lake_->Return(s.id, s.token, give).ok());
+        }
+      }
+      if (t % 2 == 0) {
+        EXPECT_TRUE(lake_->CloseSession(s.id, s.token).ok());
+      } else {
+        lake_->EndSession(s.id, "done");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(served.load(), 100);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 0u);
+  EXPECT_EQ(b.scrubbing, 0u);
+  EXPECT_EQ(b.free, b.created);
+  EXPECT_LE(b.created, 32u);
+}
+
+TEST_F(LakeTest, ShutdownFailsNewWorkAndEndsSessions) {
+  Make(Options(4));
+  std::atomic<int> ended{0};
+  SessionTicket a = Open(1000, "a", [&] { ++ended; });
+  ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 1).ok());
+  lake_->Shutdown();
+  EXPECT_EQ(ended.load(), 1);
+  EXPECT_EQ(lake_->OpenSession(::getpid(), "late").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(GetBooks(*lake_).leased, 0u);
+}
+
+TEST(ScrubPolicyTest, Parse) {
+  EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
+  EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);
+  EXPECT_EQ(*ParseScrubPolicy("never"), ScrubPolicy::kNever);
+  EXPECT_THAT(ParseScrubPolicy("sometimes").status().message(),
+              HasSubstr("always, cross-uid or never"));
+}
+
+}  // namespace
+}  // namespace gmlake
