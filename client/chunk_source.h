@@ -24,6 +24,12 @@
 
 namespace gmlake {
 
+// A chunk and its size (a multiple of the source's chunk_size()).
+struct SizedChunk {
+  ChunkHandle handle = 0;
+  uint64_t size = 0;
+};
+
 class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
@@ -45,6 +51,16 @@ class ChunkSource {
                                                            size_t count) = 0;
   // Gives chunks back to the lake. They must be unmapped.
   virtual void Return(int device, absl::Span<const ChunkHandle> chunks) = 0;
+
+  // What the allocator calls: chunks totalling exactly `bytes` (a multiple
+  // of chunk_size(device)), all or nothing; the source picks their sizes.
+  // Fewer, larger chunks cost fewer driver calls to create and map (one
+  // call per chunk, whatever its size: ../shared/notes/h200-vmm.md). The
+  // default hands out chunk_size() chunks through Acquire.
+  virtual absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
+                                                               uint64_t bytes);
+  // Gives back chunks from AcquireBytes. The default passes them to Return.
+  virtual void ReturnSized(int device, absl::Span<const SizedChunk> chunks);
 
   // The most bytes this process may hold on `device` (0: no limit but the
   // device's own).
