@@ -1,0 +1,112 @@
+// Copyright 2026 The GMLake Authors.
+//
+// HostBackend: the VMM layer on the CPU, with the semantics of CUDA VMM.
+//
+//   chunk           a memfd (MFD_CLOEXEC) of the chunk's size; its pages are
+//                   allocated only when touched, so a large live set that is
+//                   mostly untouched costs no memory.
+//   export/import   a duplicate of the memfd; real descriptors that can be
+//                   sent to other processes (SCM_RIGHTS) and mapped there.
+//   virtual range   an anonymous PROT_NONE, MAP_NORESERVE mapping, aligned.
+//   map             the memfd mmap'ed MAP_SHARED|MAP_FIXED over part of a
+//                   range, PROT_NONE: like the driver, no access until
+//                   SetAccess (mprotect read/write).
+//   unmap           the reservation mapped back over it; access is lost.
+//   events          complete at once, or after an injected delay.
+//
+// Every call is validated against the books (common/vmm_books.h) first, so
+// bad arguments return errors instead of faulting, and Fill/Copy* check that
+// the memory is mapped with access before touching it.
+//
+// Every chunk holds one descriptor and every mapped chunk one VMA: Create
+// raises RLIMIT_NOFILE's soft limit to the hard one, and CreateChunk returns
+// ResourceExhausted (not a crash) when descriptors run out. With 2 MiB chunks,
+// a hard limit of 20000 carries about 39 GiB; vm.max_map_count (65530 by
+// default) allows 127 GiB mapped.
+
+#ifndef GMLAKE_COMMON_HOST_BACKEND_H_
+#define GMLAKE_COMMON_HOST_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/vmm.h"
+#include "common/vmm_books.h"
+
+namespace gmlake {
+
+class HostBackend : public VmmBackend {
+ public:
+  using Options = EmulatedBackendOptions;
+
+  // Makes a backend (InvalidArgument for bad options) and raises this
+  // process's RLIMIT_NOFILE soft limit to its hard limit.
+  static absl::StatusOr<std::unique_ptr<HostBackend>> Create(
+      const Options& options);
+
+  // Releases the address space of every range still reserved and closes
+  // every chunk still live.
+  ~HostBackend() override;
+
+  absl::string_view name() const override { return "host"; }
+  // "host backend (memfd+mmap): 1 device, 64 GiB capacity, 2 MiB chunks,
+  // fd limit 20000", then "; <note>" when the options carry one.
+  std::string Describe() const override;
+  int device_count() const override { return books_.devices(); }
+  size_t granularity(int /*device*/) const override {
+    return books_.granularity();
+  }
+
+  // memset/memcpy, after checking that every byte is mapped with access
+  // (FailedPrecondition otherwise).
+  absl::Status Fill(DevicePtr addr, uint8_t value, size_t size) override;
+  absl::Status CopyToHost(void* dst, DevicePtr src, size_t size) override;
+  absl::Status CopyFromHost(DevicePtr dst, const void* src,
+                            size_t size) override;
+
+  // Makes each later RecordEvent complete `delay` after it: QueryEvent says
+  // false until then and SyncEvent sleeps until then. Zero: at once.
+  void set_event_delay(absl::Duration delay) { books_.set_event_delay(delay); }
+
+  // Bytes of capacity in use on `device` (imported chunks count nothing).
+  size_t used_bytes(int device) const { return books_.used_bytes(device); }
+  // RLIMIT_NOFILE's soft limit after Create raised it.
+  uint64_t fd_limit() const { return fd_limit_; }
+
+ protected:
+  absl::StatusOr<ChunkHandle> DoCreateChunk(int device, size_t size) override;
+  absl::Status DoReleaseChunk(ChunkHandle chunk) override;
+  absl::StatusOr<UniqueFd> DoExportChunk(ChunkHandle chunk) override;
+  absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
+                                            size_t size) override;
+  absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
+                                           size_t alignment) override;
+  absl::Status DoFreeRange(DevicePtr base, size_t size) override;
+  absl::Status DoMap(DevicePtr addr, size_t size, ChunkHandle chunk) override;
+  absl::Status DoUnmap(DevicePtr addr, size_t size) override;
+  absl::Status DoSetAccess(DevicePtr addr, size_t size,
+                           absl::Span<const int> devices) override;
+  absl::StatusOr<EventHandle> DoCreateEvent(int device) override;
+  absl::Status DoDestroyEvent(EventHandle event) override;
+  absl::Status DoRecordEvent(EventHandle event, StreamHandle stream) override;
+  absl::StatusOr<bool> DoQueryEvent(EventHandle event) override;
+  absl::Status DoSyncEvent(EventHandle event) override;
+
+ private:
+  HostBackend(const Options& options, uint64_t fd_limit);
+
+  VmmBooks books_;
+  const std::string note_;
+  const uint64_t fd_limit_;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_COMMON_HOST_BACKEND_H_
