@@ -1,0 +1,443 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "daemon/fd_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "daemon/log.h"
+#include "proto/gmlake.pb.h"
+
+namespace gmlake {
+namespace {
+
+constexpr uint64_t kListenerSerial = 0;
+constexpr uint64_t kWakeSerial = 1;
+constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(200);
+
+// Bytes of the whole message whose header is `header` (see fd_passing.h).
+size_t FrameBytes(const uint8_t* header) {
+  uint32_t fields[3];
+  std::memcpy(fields, header, sizeof(fields));
+  const size_t fd_count = fields[2];
+  const size_t groups = (fd_count + kMaxFdsPerGroup - 1) / kMaxFdsPerGroup;
+  return kFdFrameHeaderSize + (groups > 0 ? groups - 1 : 0) + fields[1];
+}
+
+bool HeaderLooksValid(const uint8_t* header) {
+  uint32_t fields[3];
+  std::memcpy(fields, header, sizeof(fields));
+  return fields[0] == kFdFrameMagic && fields[1] <= kMaxFdRequestBytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(
+    Lake* lake, FdServerOptions options) {
+  options.fds_per_reply =
+      std::max<size_t>(1, std::min(options.fds_per_reply, kMaxFdsPerGroup));
+  absl::StatusOr<UniqueFd> listener = ListenUnix(options.path, options.mode);
+  if (!listener.ok()) return listener.status();
+  // The listener is non-blocking so that AcceptAll can drain it.
+  ::fcntl(listener->get(), F_SETFL,
+          ::fcntl(listener->get(), F_GETFL) | O_NONBLOCK);
+  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (!wake.valid() || !epoll.valid()) {
+    ::unlink(options.path.c_str());
+    return absl::InternalError(
+        absl::StrCat("eventfd/epoll_create1: ", std::strerror(errno)));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenerSerial;
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, listener->get(), &ev);
+  ev.data.u64 = kWakeSerial;
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &ev);
+  std::unique_ptr<FdServer> server(
+      new FdServer(lake, std::move(options), *std::move(listener),
+                   std::move(wake), std::move(epoll)));
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+FdServer::FdServer(Lake* lake, FdServerOptions options, UniqueFd listener,
+                   UniqueFd wake, UniqueFd epoll)
+    : lake_(lake),
+      options_(std::move(options)),
+      listener_(std::move(listener)),
+      wake_(std::move(wake)),
+      epoll_(std::move(epoll)),
+      last_housekeeping_(absl::Now()),
+      hook_target_(std::make_shared<HookTarget>()) {
+  absl::MutexLock l(&hook_target_->mu);
+  hook_target_->server = this;
+}
+
+FdServer::~FdServer() { Stop(); }
+
+void FdServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    absl::MutexLock l(&hook_target_->mu);
+    hook_target_->server = nullptr;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  conns_.clear();
+  listener_.Reset();
+  ::unlink(options_.path.c_str());
+}
+
+void FdServer::Wake() {
+  const uint64_t one = 1;
+  // A full eventfd counter still wakes the loop: the result can be ignored.
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+}
+
+void FdServer::SessionEnded(uint64_t serial) {
+  {
+    absl::MutexLock l(&mu_);
+    ended_.push_back(serial);
+  }
+  Wake();
+}
+
+void FdServer::Loop() {
+  constexpr int kMaxEvents = 64;
+  epoll_event events[kMaxEvents];
+  for (;;) {
+    const int n = ::epoll_wait(
+        epoll_.get(), events, kMaxEvents,
+        static_cast<int>(absl::ToInt64Milliseconds(kHousekeepingPeriod)));
+    if (n < 0 && errno != EINTR) {
+      Logf("fd socket: epoll_wait: %s; serving stops", std::strerror(errno));
+      return;
+    }
+    std::vector<uint64_t> ended;
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      ended.swap(ended_);
+    }
+    for (uint64_t serial : ended) Close(serial, "", /*end_session=*/false);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t serial = events[i].data.u64;
+      if (serial == kListenerSerial) {
+        AcceptAll();
+        continue;
+      }
+      if (serial == kWakeSerial) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
+        continue;
+      }
+      auto it = conns_.find(serial);
+      if (it == conns_.end()) continue;  // closed earlier in this round
+      std::string why;
+      bool keep = true;
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        keep = ServeReadable(it->second.get(), &why);
+      }
+      if (keep && (events[i].events & (EPOLLHUP | EPOLLERR))) {
+        keep = false;
+        why = "the connection failed";
+      }
+      if (!keep) Close(serial, why, /*end_session=*/true);
+    }
+    if (absl::Now() - last_housekeeping_ >= kHousekeepingPeriod) {
+      Housekeeping();
+    }
+  }
+}
+
+void FdServer::AcceptAll() {
+  for (;;) {
+    UniqueFd sock(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!sock.valid()) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        Logf("fd socket: accept: %s", std::strerror(errno));
+      }
+      return;
+    }
+    if (conns_.size() >= options_.max_connections) {
+      Logf("fd socket: %d connections already, the limit; refusing one",
+           conns_.size());
+      continue;  // closes it
+    }
+    absl::StatusOr<PeerCredentials> peer = GetPeerCredentials(sock.get());
+    if (!peer.ok()) {
+      Logf("fd socket: a connection without credentials: %s",
+           peer.status().ToString());
+      continue;
+    }
+    // Blocking with timeouts: RecvFds only starts on a complete message,
+    // and SendFds must not hang on a client that does not read.
+    const timeval snd = absl::ToTimeval(options_.send_timeout);
+    const timeval rcv = absl::ToTimeval(absl::Seconds(1));
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
+    auto c = std::make_unique<Conn>();
+    c->serial = next_serial_++;
+    c->sock = std::move(sock);
+    c->peer = *peer;
+    c->accepted = absl::Now();
+    epoll_event ev{};
+    // Edge-triggered: a partial message does not wake the loop again until
+    // more bytes arrive.
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = c->serial;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->sock.get(), &ev) != 0) {
+      Logf("fd socket: epoll_ctl: %s", std::strerror(errno));
+      continue;
+    }
+    const uint64_t serial = c->serial;
+    conns_[serial] = std::move(c);
+    // Anything already queued was announced before we watched the socket.
+    std::string why;
+    if (!ServeReadable(conns_[serial].get(), &why)) {
+      Close(serial, why, /*end_session=*/true);
+    }
+  }
+}
+
+bool FdServer::ServeReadable(Conn* c, std::string* why) {
+  for (;;) {
+    int avail = 0;
+    if (::ioctl(c->sock.get(), FIONREAD, &avail) != 0) {
+      *why = absl::StrCat("FIONREAD: ", std::strerror(errno));
+      return false;
+    }
+    uint8_t header[kFdFrameHeaderSize];
+    const ssize_t peeked =
+        ::recv(c->sock.get(), header, sizeof(header), MSG_PEEK | MSG_DONTWAIT);
+    if (peeked == 0) {
+      *why = "the client closed the connection";
+      return false;
+    }
+    if (peeked < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        return true;  // nothing queued
+      }
+      *why = absl::StrCat("recv: ", std::strerror(errno));
+      return false;
+    }
+    bool complete;
+    if (static_cast<size_t>(peeked) < sizeof(header)) {
+      // A short peek with enough bytes queued means descriptors split the
+      // header: not our framing, but RecvFds will say what is wrong.
+      complete = static_cast<size_t>(avail) >= sizeof(header);
+    } else if (!HeaderLooksValid(header)) {
+      complete = true;  // RecvFds reads the header and reports it
+    } else {
+      complete = static_cast<size_t>(avail) >= FrameBytes(header);
+    }
+    if (!complete) {
+      if (c->partial_since == absl::InfiniteFuture()) {
+        c->partial_since = absl::Now();
+      }
+      // A peer that hung up will never complete it.
+      pollfd p{c->sock.get(), POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP))) {
+        *why = "the client closed the connection in the middle of a message";
+        return false;
+      }
+      return true;
+    }
+    c->partial_since = absl::InfiniteFuture();
+    absl::StatusOr<ReceivedMessage> msg =
+        RecvFds(c->sock.get(), kMaxFdRequestBytes, kMaxFdsPerGroup);
+    if (!msg.ok()) {
+      // The stream is out of step: say why, then close.
+      std::string unused;
+      Reply(c,
+            absl::InvalidArgumentError(
+                absl::StrCat("unreadable message on gmlaked's fd socket: ",
+                             msg.status().message())),
+            &unused);
+      *why = absl::StrCat("unreadable message: ", msg.status().message());
+      return false;
+    }
+    if (!Serve(c, *msg, why)) return false;
+  }
+}
+
+bool FdServer::Reply(Conn* c, const absl::Status& status, std::string* why) {
+  v1::FdReply reply;
+  reply.set_code(static_cast<int>(status.code()));
+  reply.set_message(std::string(status.message()));
+  reply.set_last(true);
+  absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), {});
+  if (!s.ok()) {
+    *why = absl::StrCat("replying failed: ", s.message());
+    return false;
+  }
+  return true;
+}
+
+bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
+  if (!msg.fds.empty()) {
+    // They are closed with `msg`; the stream is still in step.
+    return Reply(c,
+                 absl::InvalidArgumentError(absl::StrFormat(
+                     "gmlaked takes no descriptors; the %d sent were closed",
+                     msg.fds.size())),
+                 why);
+  }
+  v1::FdRequest req;
+  if (!req.ParseFromString(msg.payload)) {
+    const bool bound = c->session != 0;
+    bool ok = Reply(
+        c,
+        absl::InvalidArgumentError(
+            "not an FdRequest (gmlake.v1) message; is the client speaking "
+            "gmlaked's fd-socket protocol?"),
+        why);
+    if (!bound) *why = "garbage from an unbound connection";
+    return ok && bound;
+  }
+  switch (req.kind_case()) {
+    case v1::FdRequest::kBind: {
+      if (c->session != 0) {
+        return Reply(
+            c,
+            absl::FailedPreconditionError(absl::StrFormat(
+                "this connection is bound to session %d already", c->session)),
+            why);
+      }
+      std::weak_ptr<HookTarget> target = hook_target_;
+      const uint64_t serial = c->serial;
+      absl::Status s = lake_->BindSession(
+          req.session_id(), req.token(),
+          PeerIdentity{c->peer.pid, c->peer.uid, c->peer.gid},
+          [target, serial] {
+            std::shared_ptr<HookTarget> t = target.lock();
+            if (t == nullptr) return;
+            absl::MutexLock l(&t->mu);
+            if (t->server != nullptr) t->server->SessionEnded(serial);
+          });
+      if (s.ok()) c->session = req.session_id();
+      return Reply(c, s, why);
+    }
+    case v1::FdRequest::kClaim:
+      if (c->session == 0) {
+        return Reply(c,
+                     absl::FailedPreconditionError(
+                         "bind a session on this connection before claiming "
+                         "a lease"),
+                     why);
+      }
+      if (req.session_id() != c->session) {
+        return Reply(c,
+                     absl::PermissionDeniedError(absl::StrFormat(
+                         "this connection is bound to session %d, not %d",
+                         c->session, req.session_id())),
+                     why);
+      }
+      return ServeClaim(c, req.session_id(), req.token(),
+                        req.claim().lease_id(), why);
+    default:
+      return Reply(c,
+                   absl::InvalidArgumentError(
+                       "an FdRequest with neither bind nor claim"),
+                   why);
+  }
+}
+
+bool FdServer::ServeClaim(Conn* c, uint64_t session, const std::string& token,
+                          uint64_t lease, std::string* why) {
+  absl::StatusOr<std::vector<uint64_t>> ids =
+      lake_->Claim(session, token, lease);
+  if (!ids.ok()) return Reply(c, ids.status(), why);
+  size_t done = 0;
+  do {
+    const size_t n = std::min(options_.fds_per_reply, ids->size() - done);
+    absl::Span<const uint64_t> batch(ids->data() + done, n);
+    absl::StatusOr<std::vector<UniqueFd>> fds =
+        lake_->DupChunkFds(session, batch);
+    v1::FdReply reply;
+    reply.set_lease_id(lease);
+    if (!fds.ok()) {
+      reply.set_code(static_cast<int>(fds.status().code()));
+      reply.set_message(std::string(fds.status().message()));
+      reply.set_last(true);
+      absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), {});
+      if (!s.ok()) *why = absl::StrCat("sending a claim error: ", s.message());
+      return s.ok();
+    }
+    done += n;
+    reply.set_code(0);
+    for (uint64_t id : batch) reply.add_chunk_ids(id);
+    reply.set_last(done == ids->size());
+    std::vector<int> raw;
+    raw.reserve(fds->size());
+    for (const UniqueFd& fd : *fds) raw.push_back(fd.get());
+    absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), raw);
+    if (!s.ok()) {
+      *why = absl::StrCat("sending descriptors of lease ", lease, ": ",
+                          s.message());
+      return false;
+    }
+  } while (done < ids->size());
+  return true;
+}
+
+void FdServer::Close(uint64_t serial, absl::string_view why, bool end_session) {
+  auto it = conns_.find(serial);
+  if (it == conns_.end()) return;
+  std::unique_ptr<Conn> c = std::move(it->second);
+  conns_.erase(it);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->sock.get(), nullptr);
+  if (c->session != 0 && end_session) {
+    lake_->EndSession(
+        c->session,
+        absl::StrCat("its fd-socket connection closed (", why, ")"));
+  } else if (c->session == 0 && !why.empty()) {
+    VLogf("fd socket: closed an unbound connection of pid %d: %s", c->peer.pid,
+          why);
+  }
+}
+
+void FdServer::Housekeeping() {
+  const absl::Time now = absl::Now();
+  last_housekeeping_ = now;
+  std::vector<std::pair<uint64_t, std::string>> drop;
+  for (const auto& [serial, c] : conns_) {
+    if (now - c->partial_since > options_.partial_timeout) {
+      drop.emplace_back(
+          serial, absl::StrCat("a message stayed incomplete for ",
+                               absl::FormatDuration(options_.partial_timeout)));
+    } else if (c->session == 0 && now - c->accepted > options_.bind_timeout) {
+      drop.emplace_back(serial, "no session was bound on it in time");
+    }
+  }
+  for (const auto& [serial, why] : drop) {
+    auto it = conns_.find(serial);
+    if (it != conns_.end() && it->second->session == 0) {
+      Logf("fd socket: dropping a connection of pid %d: %s",
+           it->second->peer.pid, why);
+    }
+    Close(serial, why, /*end_session=*/true);
+  }
+}
+
+}  // namespace gmlake

@@ -1,0 +1,380 @@
+// Copyright 2026 The GMLake Authors.
+//
+// gmlaked: the per-node GMLake daemon. Owns the node's physical GPU chunks
+// and leases them to training processes (docs/daemon.md).
+//
+//   gmlaked --flagfile=/etc/gmlake/gmlaked.flags
+//   gmlaked --backend=host --host_devices=2 --capacity=8GiB
+//           --socket=/tmp/g/gmlaked.sock --fd_socket=/tmp/g/fd.sock
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/bytes.h"
+#include "common/fd_passing.h"
+#include "common/vmm.h"
+#include "daemon/fd_server.h"
+#include "daemon/lake.h"
+#include "daemon/lake_service.h"
+#include "daemon/log.h"
+#include "daemon/units.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/protocol.h"
+
+ABSL_FLAG(std::string, socket, "/run/gmlake/gmlaked.sock",
+          "gRPC socket clients and gmlakectl connect to.");
+ABSL_FLAG(std::string, fd_socket, "/run/gmlake/fd.sock",
+          "Socket where clients bind sessions and receive chunk descriptors.");
+ABSL_FLAG(std::string, socket_mode, "0666",
+          "Permissions (octal) of both socket files. Quotas and scrubbing "
+          "work per uid, so every user may connect by default.");
+ABSL_FLAG(std::string, backend, "auto",
+          "VMM backend: auto (cuda when a GPU is present, else host), cuda "
+          "or host. GMLAKE_BACKEND overrides auto.");
+ABSL_FLAG(int, host_devices, 1, "host backend: devices to emulate.");
+ABSL_FLAG(std::string, host_capacity, "64GiB",
+          "host backend: memory per emulated device.");
+ABSL_FLAG(std::string, host_granularity, "2MiB",
+          "host backend: chunk granularity.");
+ABSL_FLAG(std::string, capacity, "0.9",
+          "Most memory the lake creates per device: bytes (40GiB) or a "
+          "fraction of the device (0.9). A comma-separated list gives one "
+          "value per device.");
+ABSL_FLAG(std::string, precreate, "0",
+          "Memory to create per device at start-up, before any lease: bytes "
+          "or a fraction of --capacity.");
+ABSL_FLAG(std::string, chunk_size, "0",
+          "Size of every chunk (a multiple of the granularity; 0: the "
+          "granularity, 2 MiB on an H200).");
+ABSL_FLAG(std::string, uid_quota, "0",
+          "Most memory all sessions of one uid may hold, over all devices "
+          "(0: no limit).");
+ABSL_FLAG(std::string, session_quota, "0",
+          "Most memory one session may hold, over all devices (0: no limit).");
+ABSL_FLAG(std::string, scrub, "cross-uid",
+          "Which chunks are zeroed before they are leased again: always, "
+          "cross-uid (those going to another uid) or never.");
+ABSL_FLAG(absl::Duration, reclaim_timeout, absl::Seconds(2),
+          "How long a lease waits for other sessions to return memory.");
+ABSL_FLAG(absl::Duration, bind_timeout, absl::Seconds(10),
+          "Sessions not bound on the fd socket within this are dropped.");
+ABSL_FLAG(absl::Duration, claim_timeout, absl::Seconds(30),
+          "Leases whose descriptors are not claimed within this go back.");
+ABSL_FLAG(absl::Duration, liveness_interval, absl::Milliseconds(200),
+          "How often to check that the sessions' processes still run.");
+ABSL_FLAG(int, max_sessions, 8192, "Most sessions at once.");
+ABSL_FLAG(bool, check_claimed_pid, true,
+          "Require the fd-socket peer's pid to be the pid the client "
+          "claimed (turn off for clients in another pid namespace).");
+ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
+
+namespace gmlake {
+namespace {
+
+// Raises RLIMIT_NOFILE's soft limit to the hard limit: the daemon keeps one
+// exported descriptor per chunk (70 000 chunks of 2 MiB fill an H200).
+uint64_t RaiseFdLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+    ::getrlimit(RLIMIT_NOFILE, &r);
+  }
+  return r.rlim_cur;
+}
+
+absl::StatusOr<uint64_t> BytesFlag(const std::string& name,
+                                   const std::string& text) {
+  absl::StatusOr<uint64_t> b = ParseBytes(text);
+  if (!b.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, "=", text, ": ", b.status().message()));
+  }
+  return b;
+}
+
+// One Capacity per device from a comma-separated flag (one value: all).
+absl::StatusOr<std::vector<Capacity>> CapacityList(const std::string& name,
+                                                   const std::string& text,
+                                                   int devices,
+                                                   bool allow_zero) {
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.size() != 1 && parts.size() != static_cast<size_t>(devices)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", text, " has ", parts.size(),
+        " values; give one for all devices or one per device (", devices, ")"));
+  }
+  std::vector<Capacity> out;
+  for (int i = 0; i < devices; ++i) {
+    const std::string& p = parts.size() == 1 ? parts[0] : parts[i];
+    if (allow_zero && (p == "0" || p.empty())) {
+      out.push_back(Capacity{});
+      continue;
+    }
+    absl::StatusOr<Capacity> c = ParseCapacity(p);
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": ", c.status().message()));
+    }
+    out.push_back(*c);
+  }
+  return out;
+}
+
+absl::Status Run() {
+  SetVerboseLog(absl::GetFlag(FLAGS_verbose));
+  const uint64_t fd_limit = RaiseFdLimit();
+
+  // --- Backend ---------------------------------------------------------------
+  BackendOptions bo;
+  bo.kind = absl::GetFlag(FLAGS_backend);
+  if (bo.kind == "accounting") {
+    return absl::InvalidArgumentError(
+        "--backend=accounting has no memory to share: use cuda or host");
+  }
+  bo.host_devices = absl::GetFlag(FLAGS_host_devices);
+  absl::StatusOr<uint64_t> host_cap =
+      BytesFlag("host_capacity", absl::GetFlag(FLAGS_host_capacity));
+  if (!host_cap.ok()) return host_cap.status();
+  bo.host_capacity_bytes = *host_cap;
+  absl::StatusOr<uint64_t> host_gran =
+      BytesFlag("host_granularity", absl::GetFlag(FLAGS_host_granularity));
+  if (!host_gran.ok()) return host_gran.status();
+  bo.host_granularity = *host_gran;
+  absl::StatusOr<std::unique_ptr<VmmBackend>> backend = CreateBackend(bo);
+  if (!backend.ok()) {
+    return absl::Status(
+        backend.status().code(),
+        absl::StrCat("creating the VMM backend: ", backend.status().message()));
+  }
+  if (!(*backend)->has_memory()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend ", (*backend)->name(),
+        " has no memory to share (GMLAKE_BACKEND?): use cuda or host"));
+  }
+  const int devices = (*backend)->device_count();
+
+  // --- Lake options ----------------------------------------------------------
+  LakeOptions lo;
+  absl::StatusOr<uint64_t> chunk =
+      BytesFlag("chunk_size", absl::GetFlag(FLAGS_chunk_size));
+  if (!chunk.ok()) return chunk.status();
+  absl::StatusOr<std::vector<Capacity>> caps =
+      CapacityList("capacity", absl::GetFlag(FLAGS_capacity), devices, false);
+  if (!caps.ok()) return caps.status();
+  absl::StatusOr<std::vector<Capacity>> pre =
+      CapacityList("precreate", absl::GetFlag(FLAGS_precreate), devices, true);
+  if (!pre.ok()) return pre.status();
+  for (int i = 0; i < devices; ++i) {
+    LakeDeviceConfig d;
+    d.chunk_size = *chunk != 0 ? *chunk : (*backend)->granularity(i);
+    // The device's memory, for fractions: the emulated size on host; the
+    // VMM interface does not report a GPU's memory (see docs/daemon.md).
+    const uint64_t whole =
+        (*backend)->name() == "host" ? bo.host_capacity_bytes : 0;
+    if ((*caps)[i].is_fraction && whole == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--capacity=", absl::GetFlag(FLAGS_capacity),
+          " is a fraction of the device, but the ", (*backend)->name(),
+          " backend does not report device memory: give bytes, e.g. "
+          "--capacity=120GiB"));
+    }
+    d.capacity_bytes = (*caps)[i].Resolve(whole);
+    d.capacity_bytes -= d.capacity_bytes % d.chunk_size;
+    d.precreate_bytes = (*pre)[i].Resolve(d.capacity_bytes);
+    d.precreate_bytes -= d.precreate_bytes % d.chunk_size;
+    lo.devices.push_back(d);
+  }
+  absl::StatusOr<uint64_t> uq =
+      BytesFlag("uid_quota", absl::GetFlag(FLAGS_uid_quota));
+  if (!uq.ok()) return uq.status();
+  absl::StatusOr<uint64_t> sq =
+      BytesFlag("session_quota", absl::GetFlag(FLAGS_session_quota));
+  if (!sq.ok()) return sq.status();
+  lo.uid_quota_bytes = *uq;
+  lo.session_quota_bytes = *sq;
+  absl::StatusOr<ScrubPolicy> scrub =
+      ParseScrubPolicy(absl::GetFlag(FLAGS_scrub));
+  if (!scrub.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scrub: ", scrub.status().message()));
+  }
+  lo.scrub = *scrub;
+  lo.reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
+  lo.bind_timeout = absl::GetFlag(FLAGS_bind_timeout);
+  lo.claim_timeout = absl::GetFlag(FLAGS_claim_timeout);
+  if (absl::GetFlag(FLAGS_max_sessions) <= 0) {
+    return absl::InvalidArgumentError("--max_sessions must be positive");
+  }
+  lo.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
+  lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
+  const std::string grpc_path = absl::GetFlag(FLAGS_socket);
+  const std::string mode_text = absl::GetFlag(FLAGS_socket_mode);
+  char* end = nullptr;
+  const long mode = std::strtol(mode_text.c_str(), &end, 8);
+  if (end == mode_text.c_str() || *end != '\0' || mode < 0 || mode > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--socket_mode=", mode_text, " is not an octal mode like 0666"));
+  }
+  if (grpc_path.size() > kMaxUnixPathLength ||
+      lo.fd_socket_path.size() > kMaxUnixPathLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket paths must be at most ", kMaxUnixPathLength, " bytes"));
+  }
+
+  Logf("gmlaked starting (protocol %d)", ProtocolVersion());
+  Logf("backend: %s", (*backend)->Describe());
+  for (int i = 0; i < devices; ++i) {
+    Logf("device %d: capacity %s in chunks of %s, %s created ahead of time", i,
+         FormatBytes(lo.devices[i].capacity_bytes),
+         FormatBytes(lo.devices[i].chunk_size),
+         FormatBytes(lo.devices[i].precreate_bytes));
+  }
+  Logf(
+      "limits: uid quota %s, session quota %s, scrub %s, reclaim timeout "
+      "%s, max sessions %d, open files %d",
+      lo.uid_quota_bytes ? FormatBytes(lo.uid_quota_bytes) : "none",
+      lo.session_quota_bytes ? FormatBytes(lo.session_quota_bytes) : "none",
+      ScrubPolicyName(lo.scrub), absl::FormatDuration(lo.reclaim_timeout),
+      lo.max_sessions, fd_limit);
+  if (fd_limit < 4096) {
+    Logf(
+        "warning: only %d open files allowed; each chunk holds one (raise "
+        "LimitNOFILE= / ulimit -n)",
+        fd_limit);
+  }
+
+  absl::StatusOr<std::unique_ptr<Lake>> lake = Lake::Create(backend->get(), lo);
+  if (!lake.ok()) return lake.status();
+
+  // --- Sockets ---------------------------------------------------------------
+  // systemd makes /run/gmlake (RuntimeDirectory=); elsewhere, make the
+  // sockets' directories if they are missing.
+  for (const std::string& path : {grpc_path, lo.fd_socket_path}) {
+    const size_t slash = path.rfind('/');
+    if (slash == std::string::npos || slash == 0) continue;
+    const std::string dir = path.substr(0, slash);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the socket directory ", dir, ": ",
+                       std::strerror(errno)));
+    }
+  }
+  // Refuse to start over a live gmlaked; remove a stale socket file.
+  {
+    absl::StatusOr<UniqueFd> probe = ListenUnix(grpc_path, mode);
+    if (!probe.ok()) {
+      return absl::Status(probe.status().code(),
+                          absl::StrCat("--socket: ", probe.status().message()));
+    }
+    ::unlink(grpc_path.c_str());  // gRPC binds it again below
+  }
+  FdServerOptions fo;
+  fo.path = lo.fd_socket_path;
+  fo.mode = static_cast<mode_t>(mode);
+  fo.bind_timeout = lo.bind_timeout;
+  absl::StatusOr<std::unique_ptr<FdServer>> fd_server =
+      FdServer::Start(lake->get(), fo);
+  if (!fd_server.ok()) {
+    return absl::Status(
+        fd_server.status().code(),
+        absl::StrCat("--fd_socket: ", fd_server.status().message()));
+  }
+
+  LakeService service(lake->get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", grpc_path),
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  builder.SetMaxSendMessageSize(8 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    (*fd_server)->Stop();
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on unix:", grpc_path,
+                     " (is the directory there and writable?)"));
+  }
+  ::chmod(grpc_path.c_str(), static_cast<mode_t>(mode));
+  Logf("serving: gRPC on unix:%s, descriptors on %s (mode %s)", grpc_path,
+       lo.fd_socket_path, mode_text);
+
+  // --- Wait for SIGTERM / SIGINT, checking liveness meanwhile ---------------
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  const absl::Duration period = absl::GetFlag(FLAGS_liveness_interval);
+  const timespec wait = absl::ToTimespec(period);
+  int sig = 0;
+  for (;;) {
+    sig = ::sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    (*lake)->CheckLiveness();
+  }
+  Logf("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+
+  // Sessions end first (their Watch streams finish, waiting leases fail),
+  // then the servers stop, then the chunks are released.
+  (*lake)->Shutdown();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  server->Wait();
+  (*fd_server)->Stop();
+  ::unlink(grpc_path.c_str());
+  v1::StatusResponse st;
+  (*lake)->FillStatus(&st);
+  uint64_t created = 0;
+  for (const auto& d : st.devices()) created += d.created_bytes();
+  lake->reset();
+  Logf("released %s of chunks; stopped", FormatBytes(created));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace gmlake
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gmlaked: the GMLake per-node daemon that leases GPU memory chunks to "
+      "training processes.\nUsage: gmlaked [--flagfile=FILE] [flags]");
+  // Blocked before any thread starts, so only sigtimedwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A client that vanishes must not kill the daemon with SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "gmlaked: unexpected argument '%s' (flags only)\n",
+                 rest[1]);
+    return 2;
+  }
+  absl::Status s = gmlake::Run();
+  if (!s.ok()) {
+    gmlake::Logf("error: %s", s.ToString());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+// Copyright 2026 The GMLake Authors.
+//
+// LakeService: the gRPC face of the Lake (service gmlake.v1.Lake). Unary
+// calls run on gRPC's synchronous thread pool (a Lease may wait for other
+// sessions to return memory); Watch is a callback stream, so thousands of
+// idle sessions hold no thread.
+
+#ifndef GMLAKE_DAEMON_LAKE_SERVICE_H_
+#define GMLAKE_DAEMON_LAKE_SERVICE_H_
+
+#include <string>
+
+#include "daemon/lake.h"
+#include "proto/gmlake.grpc.pb.h"
+
+namespace gmlake {
+
+class LakeService final
+    : public v1::Lake::WithCallbackMethod_Watch<v1::Lake::Service> {
+ public:
+  // `lake` must outlive the service.
+  explicit LakeService(Lake* lake) : lake_(lake) {}
+
+  grpc::Status OpenSession(grpc::ServerContext* context,
+                           const v1::OpenSessionRequest* request,
+                           v1::OpenSessionResponse* response) override;
+  grpc::Status Lease(grpc::ServerContext* context,
+                     const v1::LeaseRequest* request,
+                     v1::LeaseResponse* response) override;
+  grpc::Status Return(grpc::ServerContext* context,
+                      const v1::ReturnRequest* request,
+                      v1::ReturnResponse* response) override;
+  grpc::Status ReportUsage(grpc::ServerContext* context,
+                           const v1::ReportUsageRequest* request,
+                           v1::ReportUsageResponse* response) override;
+  grpc::ServerWriteReactor<v1::PressureRequest>* Watch(
+      grpc::CallbackServerContext* context,
+      const v1::WatchRequest* request) override;
+  grpc::Status CloseSession(grpc::ServerContext* context,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* context,
+                      const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+  grpc::Status Trim(grpc::ServerContext* context,
+                    const v1::TrimRequest* request,
+                    v1::TrimResponse* response) override;
+
+ private:
+  Lake* const lake_;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_DAEMON_LAKE_SERVICE_H_
