@@ -26,42 +26,68 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(VmmBackend* backend,
   }
   arena->range = *std::move(range);
   arena->chunk.assign(arena->num_pages, 0);
+  arena->chunk_start.assign(arena->num_pages, 0);
+  arena->chunk_pages.assign(arena->num_pages, 0);
   arena->seg.assign(arena->num_pages, nullptr);
   return arena;
 }
 
+size_t PagesOf(absl::Span<const SizedChunk> chunks, size_t page_size) {
+  size_t pages = 0;
+  for (const SizedChunk& c : chunks) pages += c.size / page_size;
+  return pages;
+}
+
 absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                      absl::Span<const ChunkHandle> chunks,
+                      absl::Span<const SizedChunk> chunks,
                       absl::Span<const int> devices) {
   const size_t ps = arena->page_size;
+  size_t page = first_page;
   size_t mapped = 0;
   absl::Status status;
   for (; mapped < chunks.size(); ++mapped) {
-    const size_t page = first_page + mapped;
-    status = backend->Map(arena->PageAddr(page), ps, chunks[mapped]);
+    const SizedChunk& c = chunks[mapped];
+    const size_t n = c.size / ps;
+    status = backend->Map(arena->PageAddr(page), c.size, c.handle);
     if (!status.ok()) break;
-    arena->chunk[page] = chunks[mapped];
+    for (size_t p = page; p < page + n; ++p) {
+      arena->chunk[p] = c.handle;
+      arena->chunk_start[p] = static_cast<uint32_t>(page);
+    }
+    arena->chunk_pages[page] = static_cast<uint32_t>(n);
+    page += n;
   }
   if (status.ok()) {
-    status = backend->SetAccess(arena->PageAddr(first_page), chunks.size() * ps,
-                                devices);
+    status = backend->SetAccess(arena->PageAddr(first_page),
+                                (page - first_page) * ps, devices);
     if (status.ok()) return status;
   }
+  page = first_page;
   for (size_t i = 0; i < mapped; ++i) {
-    backend->Unmap(arena->PageAddr(first_page + i), ps).IgnoreError();
-    arena->chunk[first_page + i] = 0;
+    backend->Unmap(arena->PageAddr(page), chunks[i].size).IgnoreError();
+    for (size_t p = page; p < page + chunks[i].size / ps; ++p) {
+      arena->chunk[p] = 0;
+    }
+    page += chunks[i].size / ps;
   }
   return status;
 }
 
 absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                        size_t count, std::vector<ChunkHandle>* out) {
-  for (size_t page = first_page; page < first_page + count; ++page) {
-    absl::Status s = backend->Unmap(arena->PageAddr(page), arena->page_size);
+                        size_t end_page, std::vector<SizedChunk>* out) {
+  const size_t ps = arena->page_size;
+  size_t page = first_page;
+  while (page < end_page) {
+    const size_t n = arena->chunk_pages[page];
+    absl::Status s = backend->Unmap(arena->PageAddr(page), n * ps);
     if (!s.ok()) return s;
-    out->push_back(arena->chunk[page]);
-    arena->chunk[page] = 0;
-    arena->seg[page] = nullptr;
+    out->push_back({arena->chunk[page], n * ps});
+    for (size_t p = page; p < page + n; ++p) {
+      arena->chunk[p] = 0;
+      arena->seg[p] = nullptr;
+    }
+    arena->chunk_pages[page] = 0;
+    page += n;
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/block.h"
+#include "client/chunk_source.h"
 #include "common/vmm.h"
 
 namespace gmlake {
@@ -25,8 +26,12 @@ struct Arena {
   size_t page_size = 0;
   size_t num_pages = 0;
   bool small = false;
-  std::vector<ChunkHandle> chunk;       // per page; 0: unmapped
-  std::vector<Segment*> seg;            // per page; null: unmapped
+  // Per page. A chunk may span several pages; every page it covers holds
+  // its handle and its first page, and its first page holds its length.
+  std::vector<ChunkHandle> chunk;       // 0: unmapped
+  std::vector<uint32_t> chunk_start;    // first page of the chunk here
+  std::vector<uint32_t> chunk_pages;    // at a chunk's first page: its pages
+  std::vector<Segment*> seg;            // null: unmapped
   std::map<size_t, Segment*> segments;  // by first page
 
   // Reserves `bytes` (rounded down to whole pages) of address space.
@@ -43,17 +48,20 @@ struct Arena {
   }
 };
 
-// Maps `chunks` at consecutive pages from `first_page` and gives `devices`
+// Pages the chunks cover together.
+size_t PagesOf(absl::Span<const SizedChunk> chunks, size_t page_size);
+
+// Maps `chunks` one after another from `first_page` and gives `devices`
 // access to the run (one SetAccess for the run). All or nothing: on error,
 // what was mapped is unmapped again.
 absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                      absl::Span<const ChunkHandle> chunks,
+                      absl::Span<const SizedChunk> chunks,
                       absl::Span<const int> devices);
 
-// Unmaps pages [first_page, first_page + count) and appends their chunks to
-// `out`.
+// Unmaps the whole chunks covering pages [first_page, end_page) (which must
+// start and end on chunk boundaries) and appends them to `out`.
 absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                        size_t count, std::vector<ChunkHandle>* out);
+                        size_t end_page, std::vector<SizedChunk>* out);
 
 }  // namespace gmlake
 

@@ -16,8 +16,7 @@ absl::StatusOr<std::vector<SizedChunk>> ChunkSource::AcquireBytes(
   return out;
 }
 
-void ChunkSource::ReturnSized(int device,
-                              absl::Span<const SizedChunk> chunks) {
+void ChunkSource::ReturnSized(int device, absl::Span<const SizedChunk> chunks) {
   std::vector<ChunkHandle> handles;
   handles.reserve(chunks.size());
   for (const SizedChunk& c : chunks) handles.push_back(c.handle);

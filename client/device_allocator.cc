@@ -39,20 +39,18 @@ DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
 DeviceAllocator::~DeviceAllocator() {
   absl::MutexLock lock(&mu_);
   SettleAll().IgnoreError();
-  std::vector<ChunkHandle> chunks;
+  std::vector<SizedChunk> chunks = std::move(cached_);
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& arena : *arenas) {
-      for (size_t p = 0; p < arena->num_pages; ++p) {
-        if (arena->chunk[p] != 0) {
-          UnmapPages(backend_, arena.get(), p, 1, &chunks).IgnoreError();
-        }
+      for (auto& [first, seg] : arena->segments) {
+        UnmapPages(backend_, arena.get(), seg->first_page, seg->end_page(),
+                   &chunks)
+            .IgnoreError();
+        delete seg;
       }
-      for (auto& [first, seg] : arena->segments) delete seg;
     }
   }
-  chunks.insert(chunks.end(), cached_.begin(), cached_.end());
-  cached_.clear();
-  if (!chunks.empty()) source_->Return(device_, chunks);
+  if (!chunks.empty()) source_->ReturnSized(device_, chunks);
   for (EventHandle e : idle_events_) backend_->DestroyEvent(e).IgnoreError();
 }
 
@@ -68,8 +66,7 @@ Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small) {
   return last = pools_.back().get();
 }
 
-// --- The fast path
-// ---------------------------------------------------------------
+// --- The fast path ----------------------------------------------------------
 
 absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
                                                   StreamHandle stream) {
@@ -280,8 +277,7 @@ absl::Status DeviceAllocator::SettleAll() {
   return absl::OkStatus();
 }
 
-// --- The slow path
-// ---------------------------------------------------------------
+// --- The slow path ----------------------------------------------------------
 
 Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
   for (auto& other : pools_) {
@@ -293,7 +289,10 @@ Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
     other->free.Remove(b);
     b->pool = pool;
     ++stats_.cross_stream_reuses;
-    return b;
+    // It may now touch free blocks of its new pool: merge with them.
+    Block* merged = InsertFree(b);
+    pool->free.Remove(merged);
+    return merged;
   }
   return nullptr;
 }
@@ -385,13 +384,15 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
 
   // What to map there.
   bool stole = false;
-  absl::StatusOr<std::vector<ChunkHandle>> chunks =
+  absl::StatusOr<std::vector<SizedChunk>> chunks =
       GatherChunks(pages, keep_a, keep_b, &stole);
   if (!chunks.ok()) return chunks.status();
   absl::Status mapped =
       MapPages(backend_, arena, first_page, *chunks, access_devices_);
   if (!mapped.ok()) {
+    for (const SizedChunk& c : *chunks) cached_bytes_ += c.size;
     cached_.insert(cached_.end(), chunks->begin(), chunks->end());
+    stats_.cached_chunks = static_cast<int64_t>(cached_.size());
     return mapped;
   }
   if (stole) {
@@ -408,95 +409,127 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   return b;
 }
 
-absl::StatusOr<std::vector<ChunkHandle>> DeviceAllocator::GatherChunks(
-    size_t count, const Block* keep_a, const Block* keep_b, bool* stole) {
-  std::vector<ChunkHandle> out;
-  out.reserve(count);
-  while (out.size() < count && !cached_.empty()) {
-    out.push_back(cached_.back());
-    cached_.pop_back();
+absl::StatusOr<std::vector<SizedChunk>> DeviceAllocator::GatherChunks(
+    size_t pages, const Block* keep_a, const Block* keep_b, bool* stole) {
+  std::vector<SizedChunk> out;
+  size_t have = 0;
+  // Cached chunks that fit what is still missing, largest first.
+  std::sort(
+      cached_.begin(), cached_.end(),
+      [](const SizedChunk& a, const SizedChunk& b) { return a.size < b.size; });
+  for (size_t i = cached_.size(); i-- > 0 && have < pages;) {
+    const size_t n = cached_[i].size / page_size_;
+    if (n > pages - have) continue;
+    out.push_back(cached_[i]);
+    cached_bytes_ -= cached_[i].size;
+    cached_.erase(cached_.begin() + i);
+    have += n;
   }
-  if (out.size() < count && options_.stitch) {
-    *stole = StealPages(count - out.size(), keep_a, keep_b, &out) > 0;
+  if (have < pages && options_.stitch) {
+    const size_t got = StealPages(pages - have, keep_a, keep_b, &out);
+    have += got;
+    *stole = got > 0;
   }
-  if (out.size() < count) {
-    const size_t missing = count - out.size();
-    absl::StatusOr<std::vector<ChunkHandle>> more =
-        source_->Acquire(device_, missing);
+  if (have < pages) {
+    const uint64_t missing = uint64_t{pages - have} * page_size_;
+    absl::StatusOr<std::vector<SizedChunk>> more =
+        source_->AcquireBytes(device_, missing);
     if (!more.ok()) {
+      for (const SizedChunk& c : out) cached_bytes_ += c.size;
       cached_.insert(cached_.end(), out.begin(), out.end());
       stats_.cached_chunks = static_cast<int64_t>(cached_.size());
       return more.status();
     }
     out.insert(out.end(), more->begin(), more->end());
-    stats_.chunks_acquired += static_cast<int64_t>(missing);
-    stats_.reserved_bytes.Add(static_cast<int64_t>(missing * page_size_));
+    stats_.chunks_acquired += static_cast<int64_t>(more->size());
+    stats_.reserved_bytes.Add(static_cast<int64_t>(missing));
   }
   stats_.cached_chunks = static_cast<int64_t>(cached_.size());
   return out;
 }
 
-size_t DeviceAllocator::StealPages(size_t count, const Block* keep_a,
+std::pair<size_t, size_t> DeviceAllocator::WholeChunksIn(const Block* b) const {
+  const Arena* a = b->segment->arena;
+  size_t first = (b->addr - a->base() + page_size_ - 1) / page_size_;
+  size_t end = (b->end() - a->base()) / page_size_;
+  if (end <= first) return {0, 0};
+  if (a->chunk_start[first] != first) {
+    const size_t s = a->chunk_start[first];
+    first = s + a->chunk_pages[s];
+  }
+  const size_t last = a->chunk_start[end - 1];
+  if (last + a->chunk_pages[last] > end) end = last;
+  if (end <= first) return {0, 0};
+  return {first, end};
+}
+
+size_t DeviceAllocator::StealPages(size_t pages, const Block* keep_a,
                                    const Block* keep_b,
-                                   std::vector<ChunkHandle>* out) {
-  struct Candidate {
-    Block* block;
-    size_t pages;
-  };
-  std::vector<Candidate> candidates;
+                                   std::vector<SizedChunk>* out) {
+  std::vector<Block*> candidates;
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
     pool->free.ForEach([&](Block* b) {
       if (b == keep_a || b == keep_b) return;
-      const Arena* a = b->segment->arena;
-      const size_t first = (b->addr - a->base() + page_size_ - 1) / page_size_;
-      const size_t end = (b->end() - a->base()) / page_size_;
+      const auto [first, end] = WholeChunksIn(b);
       if (end <= first) return;
-      candidates.push_back({b, end - first});
+      candidates.push_back(b);
       views.push_back({b->size, end - first, b->addr});
     });
   }
   size_t got = 0;
   std::vector<StreamHandle> settled;
   for (size_t i : OrderVictims(views)) {
-    if (got >= count) break;
-    Block* b = candidates[i].block;
+    if (got >= pages) break;
+    Block* b = candidates[i];
     const StreamHandle stream = b->pool->stream;
     if (std::find(settled.begin(), settled.end(), stream) == settled.end()) {
       // Unmapping does not wait for kernels still touching the memory.
       if (!Settle(stream).ok()) continue;
       settled.push_back(stream);
     }
-    const size_t take = std::min(candidates[i].pages, count - got);
-    if (CutPages(b, take, out).ok()) {
-      got += take;
-      stats_.chunks_stolen += static_cast<int64_t>(take);
+    // Whole chunks from the end of the run that fit what is missing.
+    const Arena* a = b->segment->arena;
+    const auto [first, end] = WholeChunksIn(b);
+    size_t q1 = end, q0 = end;
+    while (q0 > first) {
+      const size_t s = a->chunk_start[q0 - 1];
+      if (got + (q1 - s) <= pages) {
+        q0 = s;
+      } else if (q0 == q1) {
+        q0 = q1 = s;  // too large: skip it
+      } else {
+        break;
+      }
+    }
+    if (q1 > q0 && CutPages(b, q0, q1, out).ok()) {
+      got += q1 - q0;
+      stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
     }
   }
   return got;
 }
 
-absl::Status DeviceAllocator::CutPages(Block* f, size_t pages,
-                                       std::vector<ChunkHandle>* out) {
+absl::Status DeviceAllocator::CutPages(Block* f, size_t q0, size_t q1,
+                                       std::vector<SizedChunk>* out) {
   Segment* seg = f->segment;
   Arena* a = seg->arena;
   Pool* pool = f->pool;
-  const size_t q1 = (f->end() - a->base()) / page_size_;
-  const size_t q0 = q1 - pages;
+  const size_t pages = q1 - q0;
   const DevicePtr cut0 = a->PageAddr(q0);
   const DevicePtr cut1 = a->PageAddr(q1);
   const size_t seg_end = seg->end_page();
 
   const size_t before_unmap = out->size();
-  absl::Status s = UnmapPages(backend_, a, q0, pages, out);
+  absl::Status s = UnmapPages(backend_, a, q0, q1, out);
   if (!s.ok()) {
     // Put back what was unmapped before the failure; the books stay as
     // they were.
-    std::vector<ChunkHandle> undo(out->begin() + before_unmap, out->end());
+    std::vector<SizedChunk> undo(out->begin() + before_unmap, out->end());
     out->resize(before_unmap);
-    if (!undo.empty() &&
-        MapPages(backend_, a, q0, undo, access_devices_).ok()) {
-      for (size_t p = q0; p < q0 + undo.size(); ++p) a->seg[p] = seg;
+    const size_t n = PagesOf(undo, page_size_);
+    if (n != 0 && MapPages(backend_, a, q0, undo, access_devices_).ok()) {
+      for (size_t p = q0; p < q0 + n; ++p) a->seg[p] = seg;
     }
     return s;
   }
@@ -608,14 +641,14 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
   return merged;
 }
 
-// --- Giving memory back
-// ------------------------------------------------------------
+// --- Giving memory back -----------------------------------------------------
 
-void DeviceAllocator::ReturnChunks(std::vector<ChunkHandle>* chunks) {
+void DeviceAllocator::ReturnChunks(std::vector<SizedChunk>* chunks) {
   if (chunks->empty()) return;
-  source_->Return(device_, *chunks);
+  source_->ReturnSized(device_, *chunks);
   stats_.chunks_returned += static_cast<int64_t>(chunks->size());
-  stats_.reserved_bytes.Add(-static_cast<int64_t>(chunks->size() * page_size_));
+  stats_.reserved_bytes.Add(
+      -static_cast<int64_t>(PagesOf(*chunks, page_size_) * page_size_));
   chunks->clear();
 }
 
@@ -624,16 +657,20 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   SettleAll().IgnoreError();
   ProcessPending();
   const size_t want = (bytes + page_size_ - 1) / page_size_;
-  std::vector<ChunkHandle> chunks;
-  while (chunks.size() < want && !cached_.empty()) {
+  std::vector<SizedChunk> chunks;
+  size_t have = 0;
+  while (have < want && !cached_.empty()) {
+    have += cached_.back().size / page_size_;
+    cached_bytes_ -= cached_.back().size;
     chunks.push_back(cached_.back());
     cached_.pop_back();
   }
-  if (chunks.size() < want) {
-    StealPages(want - chunks.size(), nullptr, nullptr, &chunks);
+  if (have < want) {
+    // Whole chunks only: a chunk larger than what is still wanted stays.
+    have += StealPages(want - have, nullptr, nullptr, &chunks);
   }
   stats_.cached_chunks = static_cast<int64_t>(cached_.size());
-  const uint64_t returned = chunks.size() * page_size_;
+  const uint64_t returned = uint64_t{have} * page_size_;
   ReturnChunks(&chunks);
   return returned;
 }
@@ -642,8 +679,7 @@ uint64_t DeviceAllocator::EmptyCache() {
   return Reclaim(~uint64_t{0} - (uint64_t{1} << 40));
 }
 
-// --- Reporting
-// -----------------------------------------------------------------------
+// --- Reporting --------------------------------------------------------------
 
 AllocatorStats DeviceAllocator::stats() const {
   absl::MutexLock lock(&mu_);
@@ -660,8 +696,8 @@ void DeviceAllocator::ResetPeaks() {
 std::string DeviceAllocator::OutOfMemoryMessage(
     size_t size, StreamHandle stream, const absl::Status& cause) const {
   const uint64_t cached_free =
-      static_cast<uint64_t>(stats_.inactive_split_bytes.current +
-                            static_cast<int64_t>(cached_.size() * page_size_));
+      static_cast<uint64_t>(stats_.inactive_split_bytes.current) +
+      cached_bytes_;
   const uint64_t capacity = source_->capacity_bytes(device_);
   return absl::StrCat(
       "gmlake: out of memory on device ", device_, ": tried to allocate ",
@@ -771,6 +807,13 @@ absl::Status DeviceAllocator::CheckInvariants() const {
         if ((a->chunk[p] == 0) != (a->seg[p] == nullptr)) {
           return absl::InternalError("page tables disagree");
         }
+        if (a->chunk[p] == 0) continue;
+        const size_t start = a->chunk_start[p];
+        if (start > p || start + a->chunk_pages[start] <= p ||
+            a->chunk[start] != a->chunk[p] || a->seg[start] != a->seg[p]) {
+          return absl::InternalError(
+              absl::StrCat("page ", p, " is not inside its chunk"));
+        }
       }
     }
   }
@@ -784,12 +827,12 @@ absl::Status DeviceAllocator::CheckInvariants() const {
       live != static_cast<int64_t>(live_.size())) {
     return absl::InternalError("allocated bytes out of step");
   }
-  if ((mapped_pages + static_cast<int64_t>(cached_.size())) *
-          static_cast<int64_t>(page_size_) !=
+  if (mapped_pages * static_cast<int64_t>(page_size_) +
+          static_cast<int64_t>(cached_bytes_) !=
       stats_.reserved_bytes.current) {
     return absl::InternalError(absl::StrCat(
         "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,
-        " pages mapped and ", cached_.size(), " cached"));
+        " pages mapped and ", cached_bytes_, " bytes cached"));
   }
   if (free_bytes != stats_.inactive_split_bytes.current) {
     return absl::InternalError(

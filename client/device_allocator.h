@@ -104,28 +104,32 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Arena*> NewArena(bool small)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gathers `count` chunks: cached, stolen from free blocks (not `keep_a`
-  // or `keep_b`), then from the source. On failure what was gathered stays
-  // cached.
-  absl::StatusOr<std::vector<ChunkHandle>> GatherChunks(size_t count,
-                                                        const Block* keep_a,
-                                                        const Block* keep_b,
-                                                        bool* stole)
+  // Gathers chunks covering exactly `pages` pages: cached ones, then whole
+  // chunks inside free blocks (not `keep_a` or `keep_b`), then new ones
+  // from the source. On failure what was gathered stays cached.
+  absl::StatusOr<std::vector<SizedChunk>> GatherChunks(size_t pages,
+                                                       const Block* keep_a,
+                                                       const Block* keep_b,
+                                                       bool* stole)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps up to `count` whole free pages from free blocks, smallest block
-  // first; appends their chunks to `out`. Returns how many.
-  size_t StealPages(size_t count, const Block* keep_a, const Block* keep_b,
-                    std::vector<ChunkHandle>* out)
+  // Unmaps whole chunks lying inside free blocks, smallest block first,
+  // covering up to `pages` pages; appends them to `out`. Returns the pages.
+  size_t StealPages(size_t pages, const Block* keep_a, const Block* keep_b,
+                    std::vector<SizedChunk>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps the last `pages` whole pages of free block `f` and splits its
+  // Unmaps pages [q0, q1) of free block `f` (whole chunks) and splits its
   // segment around them.
-  absl::Status CutPages(Block* f, size_t pages, std::vector<ChunkHandle>* out)
+  absl::Status CutPages(Block* f, size_t q0, size_t q1,
+                        std::vector<SizedChunk>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run of pages [first, end) of whole chunks inside free block `b`.
+  std::pair<size_t, size_t> WholeChunksIn(const Block* b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After MapPages: a free block over the new pages, joined to the segments
   // on either side (unless `arena` is small), merged and out of the index.
   Block* AdoptPages(Arena* arena, size_t first_page, size_t pages, Pool* pool)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReturnChunks(std::vector<ChunkHandle>* chunks)
+  void ReturnChunks(std::vector<SizedChunk>* chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string OutOfMemoryMessage(size_t size, StreamHandle stream,
                                  const absl::Status& cause) const
@@ -153,7 +157,8 @@ class DeviceAllocator {
   };
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
-  std::vector<ChunkHandle> cached_ ABSL_GUARDED_BY(mu_);
+  std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
+  uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   ObjectPool<Block> blocks_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -2,24 +2,26 @@
 
 #include "client/embedded_lake.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/bytes.h"
 
 namespace gmlake {
 
-EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size)
+EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
+                           uint64_t max_chunk)
     : backend_(backend),
-      chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)) {
+      chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
+      max_chunk_(max_chunk) {
   absl::MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
 
 EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
-                           size_t chunk_size)
-    : EmbeddedLake(backend.get(), chunk_size) {
+                           size_t chunk_size, uint64_t max_chunk)
+    : EmbeddedLake(backend.get(), chunk_size, max_chunk) {
   owned_backend_ = std::move(backend);
 }
 
@@ -35,58 +37,100 @@ std::string EmbeddedLake::Describe() const {
   }
   return absl::StrCat(
       "embedded lake (in-process, no gmlaked): ", FormatBytes(chunk_size_),
-      " chunks; capacity ", caps, "; on ", backend_->Describe());
+      " granularity; capacity ", caps, "; on ", backend_->Describe());
 }
 
 EmbeddedLake::DeviceBooks& EmbeddedLake::Books(int device) {
   return devices_[device];
 }
 
-absl::StatusOr<std::vector<ChunkHandle>> EmbeddedLake::Acquire(int device,
-                                                               size_t count) {
+absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
+    int device, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (device < 0 || device >= static_cast<int>(devices_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedded lake: no device ", device, " (", devices_.size(),
                      " devices)"));
   }
+  if (bytes == 0 || bytes % chunk_size_ != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedded lake: ", bytes, " bytes is not a multiple of ",
+                     "the ", chunk_size_, "-byte granularity"));
+  }
   DeviceBooks& books = Books(device);
-  const uint64_t want = uint64_t{count} * chunk_size_;
-  if (books.capacity != 0 && books.held + want > books.capacity) {
+  if (books.capacity != 0 && books.held + bytes > books.capacity) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "embedded lake: device ", device, " capacity reached: asked ",
-        FormatBytes(want), ", holding ", FormatBytes(books.held), " of ",
+        FormatBytes(bytes), ", holding ", FormatBytes(books.held), " of ",
         FormatBytes(books.capacity),
         "; raise it with set_capacity / GMLAKE_CONF=capacity:..."));
   }
-  std::vector<ChunkHandle> out;
-  out.reserve(count);
-  while (out.size() < count && !books.idle.empty()) {
-    out.push_back(books.idle.back());
-    books.idle.pop_back();
+  std::vector<SizedChunk> out;
+  uint64_t have = 0;
+  // Kept chunks first, largest that fits first.
+  std::sort(
+      books.idle.begin(), books.idle.end(),
+      [](const SizedChunk& a, const SizedChunk& b) { return a.size < b.size; });
+  for (size_t i = books.idle.size(); i-- > 0 && have < bytes;) {
+    if (books.idle[i].size > bytes - have) continue;
+    have += books.idle[i].size;
+    out.push_back(books.idle[i]);
+    books.idle.erase(books.idle.begin() + i);
   }
-  while (out.size() < count) {
-    absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, chunk_size_);
+  while (have < bytes) {
+    uint64_t size = bytes - have;
+    if (max_chunk_ != 0 && size > max_chunk_) {
+      size = std::max<uint64_t>(max_chunk_ / chunk_size_, 1) * chunk_size_;
+    }
+    absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
     if (!h.ok()) {
       // All or nothing: keep what we took for the next caller.
       books.idle.insert(books.idle.end(), out.begin(), out.end());
       return absl::Status(
           h.status().code(),
           absl::StrCat("embedded lake: ", h.status().message(), " (asked ",
-                       FormatBytes(want), ", holding ", FormatBytes(books.held),
-                       ")"));
+                       FormatBytes(bytes), ", holding ",
+                       FormatBytes(books.held), ")"));
     }
-    out.push_back(*h);
+    out.push_back({*h, size});
+    have += size;
   }
-  books.held += want;
+  books.held += bytes;
+  return out;
+}
+
+void EmbeddedLake::ReturnSized(int device,
+                               absl::Span<const SizedChunk> chunks) {
+  absl::MutexLock lock(&mu_);
+  DeviceBooks& books = Books(device);
+  for (const SizedChunk& c : chunks) {
+    books.idle.push_back(c);
+    books.held -= c.size;
+  }
+}
+
+absl::StatusOr<std::vector<ChunkHandle>> EmbeddedLake::Acquire(int device,
+                                                               size_t count) {
+  absl::StatusOr<std::vector<SizedChunk>> sized;
+  std::vector<ChunkHandle> out;
+  // Whole granules only: ask one at a time so each is chunk_size_.
+  for (size_t i = 0; i < count; ++i) {
+    sized = AcquireBytes(device, chunk_size_);
+    if (!sized.ok()) {
+      std::vector<SizedChunk> back;
+      for (ChunkHandle h : out) back.push_back({h, chunk_size_});
+      ReturnSized(device, back);
+      return sized.status();
+    }
+    out.push_back(sized->front().handle);
+  }
   return out;
 }
 
 void EmbeddedLake::Return(int device, absl::Span<const ChunkHandle> chunks) {
-  absl::MutexLock lock(&mu_);
-  DeviceBooks& books = Books(device);
-  books.idle.insert(books.idle.end(), chunks.begin(), chunks.end());
-  books.held -= uint64_t{chunks.size()} * chunk_size_;
+  std::vector<SizedChunk> sized;
+  for (ChunkHandle h : chunks) sized.push_back({h, chunk_size_});
+  ReturnSized(device, sized);
 }
 
 uint64_t EmbeddedLake::capacity_bytes(int device) const {
@@ -108,8 +152,8 @@ uint64_t EmbeddedLake::Trim() {
   absl::MutexLock lock(&mu_);
   uint64_t released = 0;
   for (DeviceBooks& books : devices_) {
-    for (ChunkHandle h : books.idle) {
-      if (backend_->ReleaseChunk(h).ok()) released += chunk_size_;
+    for (const SizedChunk& c : books.idle) {
+      if (backend_->ReleaseChunk(c.handle).ok()) released += c.size;
     }
     books.idle.clear();
   }

@@ -22,9 +22,11 @@ class EmbeddedLake : public ChunkSource {
  public:
   // Uses `backend`, which must outlive the lake. `chunk_size` 0 means the
   // backend's granularity.
-  EmbeddedLake(VmmBackend* backend, size_t chunk_size);
+  // `max_chunk` bounds the chunks AcquireBytes makes (0: no bound).
+  EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0);
   // Owns `backend`.
-  EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size);
+  EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
+               uint64_t max_chunk = 0);
   ~EmbeddedLake() override;
 
   absl::string_view name() const override { return "embedded"; }
@@ -34,6 +36,11 @@ class EmbeddedLake : public ChunkSource {
   absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
                                                    size_t count) override;
   void Return(int device, absl::Span<const ChunkHandle> chunks) override;
+  // One new chunk of the whole shortfall (up to max_chunk bytes a chunk),
+  // after reusing kept chunks that fit.
+  absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
+                                                       uint64_t bytes) override;
+  void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
   uint64_t capacity_bytes(int device) const override;
   absl::Status SetCapacity(int device, uint64_t bytes) override;
   // The embedded lake has no other clients, so it never asks for memory
@@ -48,15 +55,16 @@ class EmbeddedLake : public ChunkSource {
 
  private:
   struct DeviceBooks {
-    uint64_t capacity = 0;          // 0: no limit.
-    uint64_t held = 0;              // chunks out with the allocator
-    std::vector<ChunkHandle> idle;  // created, returned, kept
+    uint64_t capacity = 0;         // 0: no limit.
+    uint64_t held = 0;             // chunks out with the allocator
+    std::vector<SizedChunk> idle;  // created, returned, kept
   };
   DeviceBooks& Books(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<VmmBackend> owned_backend_;
   VmmBackend* backend_;
   size_t chunk_size_;
+  uint64_t max_chunk_;
   mutable absl::Mutex mu_;
   std::vector<DeviceBooks> devices_ ABSL_GUARDED_BY(mu_);
 };

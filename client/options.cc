@@ -71,6 +71,7 @@ const std::map<std::string, Setter>& Setters() {
       {"capacity", Bytes(&AllocatorOptions::capacity)},
       {"host_capacity", Bytes(&AllocatorOptions::host_capacity)},
       {"chunk_size", Bytes(&AllocatorOptions::chunk_size)},
+      {"max_chunk", Bytes(&AllocatorOptions::max_chunk)},
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},

@@ -32,6 +32,11 @@ struct AllocatorOptions {
   // chunk_size: physical chunk size (0: the backend's granularity, 2 MiB on
   // an H200). Also the unit of stitching: a chunk maps only whole.
   uint64_t chunk_size = 0;
+  // max_chunk: the largest chunk the embedded lake creates when the
+  // allocator grows (one chunk per shortfall up to this; 0: no bound).
+  // Larger chunks mean fewer driver calls; smaller ones can be stitched
+  // more finely. 2 MiB gives one chunk per granule.
+  uint64_t max_chunk = uint64_t{2} << 20;
   // small_size: requests up to this many bytes are carved from single
   // chunks of their own arena and never stitched.
   uint64_t small_size = 1 << 20;

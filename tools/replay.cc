@@ -1,0 +1,126 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "tools/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/allocator.h"
+#include "client/embedded_lake.h"
+#include "client/options.h"
+
+namespace gmlake {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Percentile(std::vector<uint32_t>* v, double q) {
+  if (v->empty()) return 0;
+  const size_t k = std::min(v->size() - 1, static_cast<size_t>(v->size() * q));
+  std::nth_element(v->begin(), v->begin() + k, v->end());
+  return (*v)[k];
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
+                                         const ReplayConfig& config,
+                                         uint64_t capacity) {
+  BackendOptions bo;
+  bo.kind = config.backend;
+  // The emulated device is as large as the run may need; the cap under test
+  // is the lake's capacity, not the device's.
+  bo.host_capacity_bytes = uint64_t{1} << 40;
+  absl::StatusOr<std::unique_ptr<VmmBackend>> backend = CreateBackend(bo);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<AllocatorOptions> options =
+      ParseConf(config.conf, AllocatorOptions{});
+  if (!options.ok()) return options.status();
+  EmbeddedLake lake(backend->get(), options->chunk_size, options->max_chunk);
+  if (capacity != 0) {
+    if (absl::Status s = lake.SetCapacity(0, capacity); !s.ok()) return s;
+  }
+  ReplayResult r;
+  {
+    Allocator allocator(&lake, *options);
+    std::vector<DevicePtr> ptr(trace.num_ids, 0);
+    std::vector<uint32_t> nanos;
+    const size_t n = trace.events.size();
+    const size_t half = n / 2;
+    if (config.time_ops) nanos.reserve(n - half);
+    const VmmCallSnapshot start = (*backend)->call_stats();
+    VmmCallSnapshot at_half = start;
+    const Clock::time_point t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i) {
+      if (i == half) at_half = (*backend)->call_stats();
+      const TraceEvent& e = trace.events[i];
+      Clock::time_point a;
+      if (config.time_ops) a = Clock::now();
+      if (e.alloc) {
+        absl::StatusOr<DevicePtr> p = allocator.Malloc(e.size, 0, e.stream);
+        if (!p.ok()) {
+          if (!absl::IsResourceExhausted(p.status())) return p.status();
+          r.failed_event = i;
+          r.error = std::string(p.status().message());
+          break;
+        }
+        ptr[e.id] = *p;
+      } else {
+        absl::Status s = allocator.Free(ptr[e.id]);
+        if (!s.ok()) return s;
+        ptr[e.id] = 0;
+      }
+      if (config.time_ops && i >= half) {
+        nanos.push_back(static_cast<uint32_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                                 a)
+                .count()));
+      }
+      if (config.check_every != 0 && i % config.check_every == 0) {
+        if (absl::Status s = allocator.CheckInvariants(); !s.ok()) {
+          return absl::InternalError(
+              absl::StrCat("after event ", i, ": ", s.message()));
+        }
+      }
+      if (i + 1 == n) r.completed = true;
+    }
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const VmmCallSnapshot end = (*backend)->call_stats();
+    r.calls = end - start;
+    r.calls_second_half = end - at_half;
+    r.stats = allocator.stats(0);
+    r.peak_reserved_bytes = static_cast<uint64_t>(r.stats.reserved_bytes.peak);
+    r.ns_per_op_p50 = Percentile(&nanos, 0.50);
+    r.ns_per_op_p99 = Percentile(&nanos, 0.99);
+    for (DevicePtr p : ptr) {
+      if (p != 0) allocator.Free(p).IgnoreError();
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<uint64_t> BisectMinCapacity(
+    const Trace& trace, const ReplayConfig& config, uint64_t lo, uint64_t hi,
+    uint64_t resolution,
+    const std::function<void(uint64_t capacity, bool ok)>& progress) {
+  ReplayConfig quiet = config;
+  quiet.time_ops = false;
+  quiet.check_every = 0;
+  while (hi - lo > resolution) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    absl::StatusOr<ReplayResult> r = ReplayTrace(trace, quiet, mid);
+    if (!r.ok()) return r.status();
+    if (progress) progress(mid, r->completed);
+    if (r->completed) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return hi;
+}
+
+}  // namespace gmlake

@@ -1,0 +1,58 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Replays an allocation trace through a fresh GMLake allocator and measures
+// what it held, what driver calls it made and how long each call took.
+
+#ifndef GMLAKE_TOOLS_REPLAY_H_
+#define GMLAKE_TOOLS_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/stats.h"
+#include "common/vmm.h"
+#include "tools/trace.h"
+
+namespace gmlake {
+
+struct ReplayConfig {
+  std::string backend = "host";  // host | accounting | cuda | auto
+  std::string conf;              // extra GMLAKE_CONF for the allocator
+  bool time_ops = false;         // time every malloc/free
+  // Check the allocator's books every this many events (0: never).
+  uint64_t check_every = 0;
+};
+
+struct ReplayResult {
+  bool completed = false;  // false: out of memory at `failed_event`
+  uint64_t failed_event = 0;
+  std::string error;
+  uint64_t peak_reserved_bytes = 0;
+  VmmCallSnapshot calls;              // memory-changing calls, whole replay
+  VmmCallSnapshot calls_second_half;  // from the middle event on
+  AllocatorStats stats;
+  double ns_per_op_p50 = 0;  // over the second half (time_ops)
+  double ns_per_op_p99 = 0;
+  double seconds = 0;
+};
+
+// Replays `trace` once with `capacity` bytes per device (0: none). Errors
+// other than out-of-memory (bad backend, broken books) are returned as
+// statuses; out-of-memory is a result with completed == false.
+absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
+                                         const ReplayConfig& config,
+                                         uint64_t capacity);
+
+// The smallest capacity (a multiple of `resolution` above `lo`, at most
+// `hi`) under which the whole trace replays; `hi` must be known to work.
+// `progress` is told each probe.
+absl::StatusOr<uint64_t> BisectMinCapacity(
+    const Trace& trace, const ReplayConfig& config, uint64_t lo, uint64_t hi,
+    uint64_t resolution,
+    const std::function<void(uint64_t capacity, bool ok)>& progress);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_TOOLS_REPLAY_H_

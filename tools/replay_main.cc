@@ -1,0 +1,247 @@
+// Copyright 2026 The GMLake Authors.
+//
+// gmlake-replay: replays real allocation traces through GMLake's allocator
+// and prints, per trace, what it needed beside what PyTorch needed.
+//
+//   gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]
+//
+// With no trace named it replays ../shared/traces/*.trace.gz.
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "tools/replay.h"
+#include "tools/trace.h"
+
+ABSL_FLAG(std::string, backend, "host",
+          "VMM backend for the measured run: host, accounting, cuda or auto");
+ABSL_FLAG(std::string, bisect_backend, "accounting",
+          "backend for the capacity bisection replays (same decisions as the "
+          "host backend, no memory): accounting, host, cuda");
+ABSL_FLAG(bool, capacity, false,
+          "also bisect the smallest capacity that replays each trace "
+          "(min_capacity_bytes, 16 MiB resolution)");
+ABSL_FLAG(uint64_t, resolution_mib, 16, "bisection resolution in MiB");
+ABSL_FLAG(std::string, baseline, "",
+          "baselines.json with PyTorch's figures to print beside ours");
+ABSL_FLAG(bool, json, false, "one JSON object per trace instead of a table");
+ABSL_FLAG(std::string, conf, "", "GMLAKE_CONF options for the allocator");
+ABSL_FLAG(uint64_t, check_every, 0,
+          "check the allocator's books every N events (0: never)");
+ABSL_FLAG(bool, progress, true, "show progress on stderr");
+
+namespace gmlake {
+namespace {
+
+std::string Resolve(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  // Under `bazel run`, relative paths are the user's, not the runfiles'.
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return wd != nullptr ? absl::StrCat(wd, "/", path) : path;
+}
+
+std::vector<std::string> TraceFiles(const std::vector<std::string>& args) {
+  std::vector<std::string> in = args;
+  if (in.empty()) in.push_back("../shared/traces");
+  std::vector<std::string> files;
+  for (const std::string& a : in) {
+    const std::string p = Resolve(a);
+    DIR* dir = opendir(p.c_str());
+    if (dir == nullptr) {
+      files.push_back(p);
+      continue;
+    }
+    std::vector<std::string> found;
+    while (dirent* e = readdir(dir)) {
+      if (absl::EndsWith(e->d_name, ".trace.gz")) {
+        found.push_back(absl::StrCat(p, "/", e->d_name));
+      }
+    }
+    closedir(dir);
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+void Progress(const std::string& line) {
+  if (!absl::GetFlag(FLAGS_progress)) return;
+  std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  std::fflush(stderr);
+}
+
+double Gib(uint64_t b) { return b / double(uint64_t{1} << 30); }
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  nlohmann::json baseline;
+  if (const std::string b = absl::GetFlag(FLAGS_baseline); !b.empty()) {
+    std::ifstream in(Resolve(b));
+    if (!in) {
+      std::cerr << "gmlake-replay: cannot read --baseline " << Resolve(b)
+                << "\n";
+      return 2;
+    }
+    try {
+      baseline = nlohmann::json::parse(in)["traces"];
+    } catch (const std::exception& e) {
+      std::cerr << "gmlake-replay: --baseline " << b
+                << " is not JSON: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  const std::vector<std::string> files = TraceFiles(args);
+  if (files.empty()) {
+    std::cerr << "gmlake-replay: no traces found\n";
+    return 2;
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  const bool bisect = absl::GetFlag(FLAGS_capacity);
+  if (!json) {
+    std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n",
+                "trace", "events", "live GiB", "reserved", "native", "expand.",
+                "min cap", "native", "expand.", "driver", "2nd half",
+                "stitches", "p50ns", "p99ns");
+    std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n",
+                "", "", "", "/live", "reserved", "reserved", "/live", "min cap",
+                "min cap", "calls", "calls", "", "", "");
+  }
+  int failures = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string tag = absl::StrCat("[", i + 1, "/", files.size(), "] ");
+    Progress(absl::StrCat(tag, "loading ", files[i]));
+    absl::StatusOr<Trace> trace = LoadTrace(files[i]);
+    if (!trace.ok()) {
+      std::cerr << "\ngmlake-replay: " << trace.status().message() << "\n";
+      ++failures;
+      continue;
+    }
+    Progress(absl::StrCat(tag, trace->name, ": replaying ",
+                          trace->events.size(), " events on ",
+                          absl::GetFlag(FLAGS_backend)));
+    ReplayConfig config;
+    config.backend = absl::GetFlag(FLAGS_backend);
+    config.conf = absl::GetFlag(FLAGS_conf);
+    config.time_ops = true;
+    config.check_every = absl::GetFlag(FLAGS_check_every);
+    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, config, 0);
+    if (!r.ok() || !r->completed) {
+      std::cerr << "\ngmlake-replay: " << trace->name << ": "
+                << (r.ok() ? r->error : std::string(r.status().message()))
+                << "\n";
+      ++failures;
+      continue;
+    }
+    const double live = static_cast<double>(trace->peak_live_bytes);
+    nlohmann::json out;
+    out["trace"] = trace->name;
+    out["events"] = trace->events.size();
+    out["backend"] = config.backend;
+    out["peak_live_bytes"] = trace->peak_live_bytes;
+    out["peak_reserved_bytes"] = r->peak_reserved_bytes;
+    out["reserved_over_live"] = r->peak_reserved_bytes / live;
+    out["driver_calls"] = r->calls.MemoryCalls();
+    out["driver_calls_second_half"] = r->calls_second_half.MemoryCalls();
+    out["driver_seconds"] = r->calls.TotalNanos() * 1e-9;
+    for (int c = 0; c < kNumVmmCalls; ++c) {
+      if (r->calls.count[c] == 0) continue;
+      const std::string name(VmmCallName(static_cast<VmmCall>(c)));
+      out["driver_calls_by_kind"][name] = r->calls.count[c];
+      out["driver_seconds_by_kind"][name] = r->calls.nanos[c] * 1e-9;
+      if (r->calls_second_half.count[c] != 0) {
+        out["driver_calls_second_half_by_kind"][name] =
+            r->calls_second_half.count[c];
+      }
+    }
+    out["stitches"] = r->stats.stitches;
+    out["chunks_stolen"] = r->stats.chunks_stolen;
+    out["ns_per_op_p50"] = r->ns_per_op_p50;
+    out["ns_per_op_p99"] = r->ns_per_op_p99;
+    out["replay_seconds"] = r->seconds;
+    if (bisect) {
+      ReplayConfig bc = config;
+      bc.backend = absl::GetFlag(FLAGS_bisect_backend);
+      const uint64_t res = absl::GetFlag(FLAGS_resolution_mib) << 20;
+      absl::StatusOr<uint64_t> cap = BisectMinCapacity(
+          *trace, bc, trace->peak_live_bytes, r->peak_reserved_bytes + res, res,
+          [&](uint64_t c, bool ok) {
+            Progress(absl::StrFormat("%s%s: capacity %.3f GiB %s", tag,
+                                     trace->name, Gib(c),
+                                     ok ? "fits" : "runs out"));
+          });
+      if (!cap.ok()) {
+        std::cerr << "\ngmlake-replay: " << trace->name << ": "
+                  << cap.status().message() << "\n";
+        ++failures;
+        continue;
+      }
+      out["min_capacity_bytes"] = *cap;
+      out["min_capacity_over_live"] = *cap / live;
+    }
+    if (baseline.contains(trace->name)) {
+      const nlohmann::json& b = baseline[trace->name];
+      for (const char* who :
+           {"pytorch_native", "pytorch_expandable_segments"}) {
+        if (!b.contains(who)) continue;
+        for (const char* key : {"peak_reserved_bytes", "min_capacity_bytes"}) {
+          if (!b[who].contains(key)) continue;
+          const double v = b[who][key].get<double>();
+          out[who][key] = v;
+          out[who][std::string(key).substr(0, std::string(key).size() - 6) +
+                   "_over_live"] = v / b["peak_live_bytes"].get<double>();
+        }
+      }
+    }
+    Progress("");
+    if (json) {
+      std::printf("%s\n", out.dump().c_str());
+    } else {
+      auto ratio = [&](const char* who, const char* key) -> std::string {
+        if (!out.contains(who) || !out[who].contains(key)) return "-";
+        return absl::StrFormat("%.3f", out[who][key].get<double>());
+      };
+      std::printf(
+          "%-22s %8zu %9.2f %9.3f %9s %9s %9s %9s %9s %8llu %8llu %8lld %6.0f "
+          "%6.0f\n",
+          trace->name.c_str(), trace->events.size(),
+          Gib(trace->peak_live_bytes), out["reserved_over_live"].get<double>(),
+          ratio("pytorch_native", "peak_reserved_over_live").c_str(),
+          ratio("pytorch_expandable_segments", "peak_reserved_over_live")
+              .c_str(),
+          bisect ? absl::StrFormat("%.3f",
+                                   out["min_capacity_over_live"].get<double>())
+                       .c_str()
+                 : "-",
+          ratio("pytorch_native", "min_capacity_over_live").c_str(),
+          ratio("pytorch_expandable_segments", "min_capacity_over_live")
+              .c_str(),
+          static_cast<unsigned long long>(r->calls.MemoryCalls()),
+          static_cast<unsigned long long>(r->calls_second_half.MemoryCalls()),
+          static_cast<long long>(r->stats.stitches), r->ns_per_op_p50,
+          r->ns_per_op_p99);
+    }
+    std::fflush(stdout);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace gmlake
+
+int main(int argc, char** argv) { return gmlake::Main(argc, argv); }

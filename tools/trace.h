@@ -1,0 +1,39 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Allocation traces of real runs (../shared/traces, format in its README):
+// gzip'd lines "ACTION ADDR SIZE STREAM"; replay uses 'a' (allocate) and
+// 'F' (free completed). Loaded once into a compact event list.
+
+#ifndef GMLAKE_TOOLS_TRACE_H_
+#define GMLAKE_TOOLS_TRACE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gmlake {
+
+struct TraceEvent {
+  uint64_t size;   // bytes, for allocations
+  uint32_t id;     // allocation id, dense from 0
+  uint8_t stream;  // index into Trace::streams
+  bool alloc;
+};
+
+struct Trace {
+  std::string name;  // file name without .trace.gz
+  std::vector<TraceEvent> events;
+  std::vector<uint64_t> streams;  // the trace's stream ids, by index
+  uint32_t num_ids = 0;
+  uint64_t peak_live_bytes = 0;  // most bytes live at once
+};
+
+// Reads a .trace.gz (or plain text) trace. Frees of unknown addresses are
+// skipped, as PyTorch's own replay does.
+absl::StatusOr<Trace> LoadTrace(const std::string& path);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_TOOLS_TRACE_H_
