@@ -14,7 +14,7 @@ EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
                            uint64_t max_chunk)
     : backend_(backend),
       chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
-      max_chunk_(max_chunk) {
+      max_chunk_(max_chunk != 0 ? max_chunk : chunk_size_) {
   absl::MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
@@ -79,7 +79,7 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
   }
   while (have < bytes) {
     uint64_t size = bytes - have;
-    if (max_chunk_ != 0 && size > max_chunk_) {
+    if (size > max_chunk_) {
       size = std::max<uint64_t>(max_chunk_ / chunk_size_, 1) * chunk_size_;
     }
     absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);

@@ -22,7 +22,7 @@ class EmbeddedLake : public ChunkSource {
  public:
   // Uses `backend`, which must outlive the lake. `chunk_size` 0 means the
   // backend's granularity.
-  // `max_chunk` bounds the chunks AcquireBytes makes (0: no bound).
+  // `max_chunk` bounds the chunks AcquireBytes makes (0: one granule).
   EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0);
   // Owns `backend`.
   EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,

@@ -73,7 +73,12 @@ Block* FreeIndex::Find(size_t size) const {
   }
   if (best != nullptr) return best;
   const int next = NextNonEmpty(bin + 1);
-  return next < 0 ? nullptr : heads_[next];
+  if (next >= 0) return heads_[next];
+  // Nothing larger anywhere: the rest of the own bin is the last chance.
+  for (Block* b = heads_[bin]; b != nullptr; b = b->free_next) {
+    if (b->size >= size && (best == nullptr || b->size < best->size)) best = b;
+  }
+  return best;
 }
 
 }  // namespace gmlake

@@ -96,7 +96,15 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     r.ns_per_op_p50 = Percentile(&nanos, 0.50);
     r.ns_per_op_p99 = Percentile(&nanos, 0.99);
     for (DevicePtr p : ptr) {
-      if (p != 0) allocator.Free(p).IgnoreError();
+      if (p == 0) continue;
+      if (absl::Status s = allocator.Free(p); !s.ok()) return s;
+    }
+    r.allocated_after_frees = allocator.stats(0).allocated_bytes.current;
+    if (config.check_every != 0) {
+      if (absl::Status s = allocator.CheckInvariants(); !s.ok()) {
+        return absl::InternalError(
+            absl::StrCat("after the final frees: ", s.message()));
+      }
     }
   }
   return r;

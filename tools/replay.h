@@ -32,8 +32,9 @@ struct ReplayResult {
   uint64_t peak_reserved_bytes = 0;
   VmmCallSnapshot calls;              // memory-changing calls, whole replay
   VmmCallSnapshot calls_second_half;  // from the middle event on
-  AllocatorStats stats;
-  double ns_per_op_p50 = 0;  // over the second half (time_ops)
+  AllocatorStats stats;               // at the last event
+  int64_t allocated_after_frees = 0;  // after freeing what the trace left
+  double ns_per_op_p50 = 0;           // over the second half (time_ops)
   double ns_per_op_p99 = 0;
   double seconds = 0;
 };

@@ -1,0 +1,267 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The allocator on the host backend: real memory, real mappings.
+
+#include "client/allocator.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/embedded_lake.h"
+#include "common/host_backend.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+constexpr size_t kChunk = 2 * kMiB;
+
+class AllocatorTest : public ::testing::Test {
+ protected:
+  void Make(uint64_t lake_capacity, std::string conf = "") {
+    allocator_.reset();
+    lake_.reset();
+    HostBackend::Options bo;
+    bo.capacity_bytes = size_t{8} << 30;
+    auto backend = HostBackend::Create(bo);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    host_ = backend->get();
+    lake_ = std::make_unique<EmbeddedLake>(*std::move(backend), 0);
+    ASSERT_TRUE(lake_->SetCapacity(0, lake_capacity).ok());
+    auto options = ParseConf(conf);
+    ASSERT_TRUE(options.ok()) << options.status();
+    allocator_ = std::make_unique<Allocator>(lake_.get(), *options);
+  }
+  void SetUp() override { Make(0); }
+
+  DevicePtr MustMalloc(size_t size, StreamHandle stream = 0) {
+    auto p = allocator_->Malloc(size, 0, stream);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : 0;
+  }
+  uint64_t MapCalls() { return host_->call_stats().Count(VmmCall::kMap); }
+
+  HostBackend* host_ = nullptr;
+  std::unique_ptr<EmbeddedLake> lake_;
+  std::unique_ptr<Allocator> allocator_;
+};
+
+TEST_F(AllocatorTest, MemoryIsUsableAndFreedBlocksAreReusedWithoutDriverCalls) {
+  DevicePtr a = MustMalloc(5 * kMiB + 3);
+  ASSERT_NE(a, 0u);
+  std::memset(reinterpret_cast<void*>(a), 0xab, 5 * kMiB + 3);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  const uint64_t maps = MapCalls();
+  DevicePtr b = MustMalloc(5 * kMiB);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(MapCalls(), maps);
+  ASSERT_TRUE(allocator_->Free(b).ok());
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+TEST_F(AllocatorTest, SplitsAt512BytesSoA2Point1MiBTensorWastesNothing) {
+  DevicePtr a = MustMalloc(2100 * 1024);
+  DevicePtr b = MustMalloc(1900 * 1024);
+  // The second lives in the first's chunk tail: 2 chunks hold both.
+  EXPECT_EQ(b, a + 2100 * 1024);
+  AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.reserved_bytes.current, int64_t{2 * kChunk});
+  EXPECT_EQ(s.requested_bytes.current, 4000 * 1024);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  ASSERT_TRUE(allocator_->Free(b).ok());
+}
+
+TEST_F(AllocatorTest, StitchesFreeChunksThatAreNotAdjacent) {
+  Make(8 * kChunk);
+  // Fill the capacity with 8 one-chunk blocks, free every other one.
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk));
+  for (int i = 0; i < 8; ++i) {
+    std::memset(reinterpret_cast<void*>(p[i]), i, kChunk);
+  }
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  // 4 free chunks, none adjacent: an 8 MiB request fits only stitched.
+  DevicePtr big = MustMalloc(4 * kChunk);
+  ASSERT_NE(big, 0u);
+  std::memset(reinterpret_cast<void*>(big), 0x5a, 4 * kChunk);
+  AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.stitches, 1);
+  EXPECT_EQ(s.chunks_stolen, 4);
+  EXPECT_EQ(s.reserved_bytes.current, int64_t{8 * kChunk});
+  // The live blocks were not touched.
+  for (int i = 1; i < 8; i += 2) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(p[i]);
+    EXPECT_EQ(bytes[0], i);
+    EXPECT_EQ(bytes[kChunk - 1], i);
+  }
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  // Now it is really full: a clear out-of-memory error, not a crash.
+  auto more = allocator_->Malloc(kChunk, 0, 0);
+  ASSERT_FALSE(more.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(more.status()));
+  const std::string msg(more.status().message());
+  EXPECT_NE(msg.find("tried to allocate 2.00 MiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("16.00 MiB reserved"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("capacity"), std::string::npos) << msg;
+  EXPECT_EQ(allocator_->stats(0).num_ooms, 1);
+}
+
+TEST_F(AllocatorTest, WithoutStitchingTheSameRequestRunsOutOfMemory) {
+  Make(8 * kChunk, "stitch:false");
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk));
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  EXPECT_FALSE(allocator_->Malloc(4 * kChunk, 0, 0).ok());
+}
+
+TEST_F(AllocatorTest, FreeOfUnknownPointerIsAnErrorNotACrash) {
+  DevicePtr a = MustMalloc(1000);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  absl::Status twice = allocator_->Free(a);
+  EXPECT_TRUE(absl::IsNotFound(twice));
+  EXPECT_NE(twice.message().find("freed twice"), std::string::npos);
+  EXPECT_TRUE(absl::IsNotFound(allocator_->Free(12345)));
+  EXPECT_TRUE(allocator_->Free(0).ok());
+  EXPECT_FALSE(allocator_->Malloc(10, 3, 0).ok());  // no device 3
+}
+
+TEST_F(AllocatorTest, OtherStreamsReuseOnlyAfterTheirWorkFinished) {
+  host_->set_event_delay(absl::Milliseconds(300));
+  DevicePtr a = MustMalloc(4 * kMiB, /*stream=*/1);
+  ASSERT_TRUE(allocator_->RecordStream(a, 2).ok());
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  // Still in use by stream 2's queued work: not handed out again yet.
+  DevicePtr b = MustMalloc(4 * kMiB, 1);
+  EXPECT_NE(b, a);
+  EXPECT_EQ(allocator_->stats(0).active_bytes.current, int64_t{8 * kMiB});
+  absl::SleepFor(absl::Milliseconds(350));
+  DevicePtr c = MustMalloc(4 * kMiB, 1);
+  EXPECT_EQ(c, a);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+TEST_F(AllocatorTest, EmptyCacheGivesFreeChunksBackToTheLake) {
+  DevicePtr a = MustMalloc(64 * kMiB);
+  DevicePtr b = MustMalloc(3 * kMiB);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 64 * kMiB);
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, int64_t{4 * kMiB});
+  EXPECT_EQ(lake_->held_bytes(0), 4 * kMiB);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(b).ok());
+}
+
+TEST_F(AllocatorTest, SetCapacityBelowWhatIsHeldReturnsTheCache) {
+  DevicePtr a = MustMalloc(32 * kMiB);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  ASSERT_TRUE(allocator_->SetCapacity(0, 8 * kMiB).ok());
+  EXPECT_LE(allocator_->stats(0).reserved_bytes.current, int64_t{8 * kMiB});
+  EXPECT_FALSE(allocator_->Malloc(16 * kMiB, 0, 0).ok());
+  EXPECT_TRUE(allocator_->Malloc(8 * kMiB, 0, 0).ok());
+}
+
+TEST_F(AllocatorTest, SnapshotHasPyTorchsShape) {
+  DevicePtr a = MustMalloc(3 * kMiB);
+  DevicePtr s = MustMalloc(4096);
+  const std::string snap = allocator_->SnapshotJson();
+  EXPECT_EQ(snap.rfind("{\"segments\":[", 0), 0u) << snap;
+  EXPECT_NE(snap.find("\"segment_type\":\"large\""), std::string::npos);
+  EXPECT_NE(snap.find("\"segment_type\":\"small\""), std::string::npos);
+  EXPECT_NE(snap.find("\"state\":\"active_allocated\""), std::string::npos);
+  EXPECT_NE(snap.find("\"requested_size\":4096"), std::string::npos);
+  EXPECT_NE(snap.find("\"device_traces\":[[]]"), std::string::npos);
+  const std::string stats = allocator_->stats().ToJson();
+  EXPECT_NE(stats.find("\"allocated_bytes.all.current\":3149824"),
+            std::string::npos)
+      << stats;
+  EXPECT_NE(stats.find("\"gmlake.driver_calls.map\":"), std::string::npos);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  ASSERT_TRUE(allocator_->Free(s).ok());
+}
+
+// Random mallocs and frees on several streams, under a capacity that forces
+// stitching: after every step no two live blocks overlap, the books
+// balance, and every live allocation still holds the bytes written to it.
+TEST_F(AllocatorTest, PropertyRandomTrafficKeepsDataAndBooksIntact) {
+  Make(96 * kChunk);
+  std::mt19937_64 rng(20261130);
+  struct Live {
+    size_t size;
+    uint8_t tag;
+  };
+  std::map<DevicePtr, Live> live;
+  uint64_t live_bytes = 0;
+  int ooms = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const bool alloc = live.empty() || rng() % 100 < 55;
+    if (alloc) {
+      size_t size;
+      switch (rng() % 4) {
+        case 0:
+          size = 1 + rng() % 4096;
+          break;  // small
+        case 1:
+          size = 1 + rng() % kMiB;
+          break;  // small
+        case 2:
+          size = kMiB + rng() % (6 * kMiB);
+          break;  // a few chunks
+        default:
+          size = rng() % (24 * kMiB) + 1;
+          break;  // many chunks
+      }
+      const StreamHandle stream = rng() % 3;
+      auto p = allocator_->Malloc(size, 0, stream);
+      if (!p.ok()) {
+        ASSERT_TRUE(absl::IsResourceExhausted(p.status())) << p.status();
+        ++ooms;
+        continue;
+      }
+      // No overlap with any live block.
+      auto next = live.lower_bound(*p);
+      if (next != live.end()) ASSERT_LE(*p + size, next->first);
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.size, *p);
+      }
+      const uint8_t tag = static_cast<uint8_t>(rng());
+      std::memset(reinterpret_cast<void*>(*p), tag, size);
+      live[*p] = {size, tag};
+      live_bytes += size;
+    } else {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      const auto* bytes = reinterpret_cast<const uint8_t*>(it->first);
+      for (size_t off : {size_t{0}, it->second.size / 2, it->second.size - 1}) {
+        ASSERT_EQ(bytes[off], it->second.tag) << "step " << step;
+      }
+      ASSERT_TRUE(allocator_->Free(it->first).ok());
+      live_bytes -= it->second.size;
+      live.erase(it);
+    }
+    ASSERT_TRUE(allocator_->CheckInvariants().ok())
+        << "step " << step << ": " << allocator_->CheckInvariants();
+    ASSERT_EQ(allocator_->stats(0).requested_bytes.current,
+              static_cast<int64_t>(live_bytes));
+  }
+  // Every block checked in full at the end.
+  for (const auto& [ptr, l] : live) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(ptr);
+    for (size_t i = 0; i < l.size; i += 4093) ASSERT_EQ(bytes[i], l.tag);
+    ASSERT_TRUE(allocator_->Free(ptr).ok());
+  }
+  AllocatorStats s = allocator_->stats(0);
+  EXPECT_GT(s.stitches, 0);  // the capacity made it stitch
+  EXPECT_LE(s.reserved_bytes.peak, int64_t{96 * kChunk});
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  RecordProperty("ooms", ooms);
+}
+
+}  // namespace
+}  // namespace gmlake

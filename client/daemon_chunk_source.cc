@@ -1,0 +1,699 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/daemon_chunk_source.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/bytes.h"
+#include "common/fd_passing.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/gmlake.grpc.pb.h"
+#include "proto/protocol.h"
+
+namespace gmlake {
+
+struct DaemonChunkSource::Rpc {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Lake::Stub> stub;
+  grpc::ClientContext watch_ctx;
+};
+
+namespace {
+
+// Largest FdReply payload accepted (a batch of 253 ids is ~2.6 KiB).
+constexpr size_t kMaxReplyBytes = 64 * 1024;
+// A reply on the fd socket must come within this, or the daemon is stuck.
+constexpr absl::Duration kFdSocketTimeout = absl::Seconds(15);
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + d));
+}
+
+absl::Status WithContext(absl::string_view what, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+absl::StatusOr<v1::FdReply> ReadReply(int sock, std::vector<UniqueFd>* fds) {
+  absl::StatusOr<ReceivedMessage> msg =
+      RecvFds(sock, kMaxReplyBytes, kMaxFdsPerGroup);
+  if (!msg.ok()) return msg.status();
+  v1::FdReply reply;
+  if (!reply.ParseFromString(msg->payload)) {
+    return absl::DataLossError(
+        "gmlaked's fd socket sent something that is not an FdReply");
+  }
+  *fds = std::move(msg->fds);
+  return reply;
+}
+
+}  // namespace
+
+DaemonChunkSource::DaemonChunkSource(const DaemonSourceOptions& options)
+    : options_(options), rpc_(std::make_unique<Rpc>()) {}
+
+absl::StatusOr<std::unique_ptr<DaemonChunkSource>> DaemonChunkSource::Connect(
+    const DaemonSourceOptions& options) {
+  if (options.socket_path.empty()) {
+    return absl::InvalidArgumentError(
+        "DaemonSourceOptions.socket_path is empty");
+  }
+  struct stat st;
+  if (::stat(options.socket_path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(
+          "no gmlaked socket at ", options.socket_path,
+          ": gmlaked is not running on this node (start it with `systemctl "
+          "start gmlaked`), or the socket path is wrong"));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot reach gmlaked's socket ",
+                                               options.socket_path, ": ",
+                                               std::strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.socket_path, " exists but is not a socket"));
+  }
+  std::unique_ptr<DaemonChunkSource> src(new DaemonChunkSource(options));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  src->rpc_->channel =
+      grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path),
+                                grpc::InsecureChannelCredentials(), args);
+  if (!src->rpc_->channel->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to gmlaked at ", options.socket_path,
+                     " within ", absl::FormatDuration(options.connect_timeout),
+                     " (a stale socket of a gmlaked that is gone?)"));
+  }
+  src->rpc_->stub = v1::Lake::NewStub(src->rpc_->channel);
+  if (absl::Status s = src->Open(); !s.ok()) return s;
+  if (absl::Status s = src->Bind(); !s.ok()) return s;
+  if (absl::Status s = src->StartWatch(); !s.ok()) return s;
+  return src;
+}
+
+absl::Status DaemonChunkSource::Open() {
+  const uint32_t version = options_.protocol_version != 0
+                               ? options_.protocol_version
+                               : ProtocolVersion();
+  v1::OpenSessionRequest req;
+  req.set_pid(::getpid());
+  for (int d : options_.devices) req.add_devices(d);
+  req.set_name(options_.name);
+  req.set_protocol_version(version);
+  v1::OpenSessionResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpc(rpc_->stub->OpenSession(&ctx, req, &resp));
+  if (!s.ok()) {
+    return WithContext(absl::StrCat("opening a session with gmlaked at ",
+                                    options_.socket_path),
+                       s);
+  }
+  if (resp.protocol_version() != version) {
+    // The daemon should have refused; refuse here in its stead.
+    return VersionMismatch(version, resp.protocol_version());
+  }
+  session_id_ = resp.session_id();
+  token_ = resp.token();
+  fd_socket_path_ = resp.fd_socket();
+  daemon_backend_ = resp.backend();
+  daemon_description_ = resp.daemon_description();
+  if (resp.devices_size() == 0) {
+    return absl::FailedPreconditionError("gmlaked reports no devices");
+  }
+  std::vector<DeviceState> devices(resp.devices_size());
+  uint64_t max_capacity = 0;
+  for (const v1::DeviceInfo& d : resp.devices()) {
+    if (d.device() < 0 || d.device() >= resp.devices_size() ||
+        d.chunk_size() == 0) {
+      return absl::DataLossError("gmlaked sent a bad device list");
+    }
+    devices[d.device()].chunk_size = d.chunk_size();
+    devices[d.device()].lake_capacity = d.capacity_bytes();
+    max_capacity = std::max<uint64_t>(max_capacity, d.capacity_bytes());
+  }
+  {
+    absl::MutexLock l(&mu_);
+    devices_ = std::move(devices);
+  }
+  if (options_.backend != nullptr) {
+    if (options_.backend->name() != daemon_backend_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gmlaked serves ", daemon_backend_,
+                       " chunks but the given backend is ",
+                       options_.backend->name(), ": they cannot be imported"));
+    }
+    backend_ = options_.backend;
+  } else {
+    BackendOptions bo;
+    bo.kind = daemon_backend_;
+    bo.host_devices = resp.devices_size();
+    bo.host_granularity = resp.devices(0).granularity();
+    bo.host_capacity_bytes = max_capacity;
+    absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(bo);
+    if (!b.ok()) {
+      return WithContext(absl::StrCat("creating a ", daemon_backend_,
+                                      " backend to import gmlaked's chunks"),
+                         b.status());
+    }
+    owned_backend_ = *std::move(b);
+    backend_ = owned_backend_.get();
+  }
+  if (backend_->device_count() < resp.devices_size()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("gmlaked serves %d devices but this process sees %d",
+                        resp.devices_size(), backend_->device_count()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::Bind() {
+  absl::StatusOr<UniqueFd> sock =
+      ConnectUnix(fd_socket_path_, "gmlaked's fd socket");
+  if (!sock.ok()) return sock.status();
+  const timeval tv = absl::ToTimeval(kFdSocketTimeout);
+  ::setsockopt(sock->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(sock->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  v1::FdRequest req;
+  req.set_session_id(session_id_);
+  req.set_token(token_);
+  req.mutable_bind();
+  if (absl::Status s = SendFds(sock->get(), req.SerializeAsString(), {});
+      !s.ok()) {
+    return WithContext("binding the session on gmlaked's fd socket", s);
+  }
+  std::vector<UniqueFd> fds;
+  absl::StatusOr<v1::FdReply> reply = ReadReply(sock->get(), &fds);
+  if (!reply.ok()) {
+    return WithContext("binding the session on gmlaked's fd socket",
+                       reply.status());
+  }
+  if (reply->code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(reply->code()),
+                        absl::StrCat("gmlaked refused to bind the session: ",
+                                     reply->message()));
+  }
+  absl::MutexLock l(&fd_mu_);
+  fd_sock_ = *std::move(sock);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::StartWatch() {
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  if (!watching_.WaitForNotificationWithTimeout(options_.connect_timeout)) {
+    return absl::UnavailableError(
+        absl::StrCat("gmlaked at ", options_.socket_path,
+                     " did not start the Watch "
+                     "stream within ",
+                     absl::FormatDuration(options_.connect_timeout)));
+  }
+  absl::Status lost = Lost();
+  if (!lost.ok()) return lost;
+  return absl::OkStatus();
+}
+
+void DaemonChunkSource::WatchLoop() {
+  v1::WatchRequest req;
+  req.set_session_id(session_id_);
+  req.set_token(token_);
+  std::unique_ptr<grpc::ClientReader<v1::PressureRequest>> reader =
+      rpc_->stub->Watch(&rpc_->watch_ctx, req);
+  v1::PressureRequest p;
+  while (reader->Read(&p)) {
+    if (!watching_.HasBeenNotified()) {
+      watching_.Notify();  // the hello: the session is live
+      continue;
+    }
+    if (p.bytes_wanted() == 0) continue;
+    HandlePressure(p.device(), p.bytes_wanted());
+  }
+  const absl::Status s = FromGrpc(reader->Finish());
+  bool closing;
+  {
+    absl::MutexLock l(&mu_);
+    closing = closing_;
+  }
+  if (!closing) {
+    MarkLost(s.ok() ? absl::UnavailableError("gmlaked ended the Watch stream")
+                    : s)
+        .IgnoreError();
+  }
+  if (!watching_.HasBeenNotified()) watching_.Notify();
+}
+
+void DaemonChunkSource::HandlePressure(int device, uint64_t bytes) {
+  pressure_requests_.fetch_add(1);
+  size_t n_devices;
+  ReclaimHandler handler;
+  {
+    absl::MutexLock l(&mu_);
+    n_devices = devices_.size();
+    handler = reclaim_;
+  }
+  if (device >= 0 && static_cast<size_t>(device) < n_devices) {
+    // Idle chunks first: nobody uses them.
+    uint64_t freed = TrimIdle(device, 0, bytes);
+    if (freed < bytes && handler) {
+      // The allocator returns cached chunks through Return, which may keep
+      // them idle (below the watermark): give those back too.
+      handler(device, bytes - freed);
+      freed += TrimIdle(device, 0, bytes - freed);
+    }
+    pressure_bytes_returned_.fetch_add(freed);
+  }
+  // The report tells the daemon this request has been answered.
+  SendUsage().IgnoreError();
+}
+
+size_t DaemonChunkSource::chunk_size(int device) const {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  return devices_[device].chunk_size;
+}
+
+uint64_t DaemonChunkSource::capacity_bytes(int device) const {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  const DeviceState& d = devices_[device];
+  return d.limit != 0 ? d.limit : d.lake_capacity;
+}
+
+absl::Status DaemonChunkSource::SetCapacity(int device, uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device %d: gmlaked serves devices 0..%d", device,
+                        devices_.size() - 1));
+  }
+  devices_[device].limit = bytes;
+  return absl::OkStatus();
+}
+
+void DaemonChunkSource::SetReclaimHandler(ReclaimHandler handler) {
+  absl::MutexLock l(&mu_);
+  reclaim_ = std::move(handler);
+}
+
+void DaemonChunkSource::NoteUsage(int device, uint64_t used_bytes,
+                                  uint64_t cached_bytes) {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return;
+  DeviceState& d = devices_[device];
+  d.noted = true;
+  d.noted_used = used_bytes;
+  d.noted_cached = cached_bytes;
+}
+
+std::vector<DaemonChunkSource::UsageFigures> DaemonChunkSource::UsageLocked()
+    const {
+  std::vector<UsageFigures> out;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const DeviceState& d = devices_[i];
+    const uint64_t held = d.held.size() * d.chunk_size;
+    const uint64_t idle = d.idle.size() * d.chunk_size;
+    UsageFigures u{static_cast<int>(i), held, idle};
+    if (d.noted) {
+      u.used = std::min(d.noted_used, held);
+      u.cached = idle + std::min(d.noted_cached, held - u.used);
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+absl::Status DaemonChunkSource::ReportUsage() { return SendUsage(); }
+
+absl::Status DaemonChunkSource::SendUsage() {
+  if (absl::Status lost = Lost(); !lost.ok()) return lost;
+  v1::ReportUsageRequest req;
+  req.set_session_id(session_id_);
+  req.set_token(token_);
+  {
+    absl::MutexLock l(&mu_);
+    for (const UsageFigures& u : UsageLocked()) {
+      v1::DeviceUsage* du = req.add_usage();
+      du->set_device(u.device);
+      du->set_used_bytes(u.used);
+      du->set_cached_bytes(u.cached);
+    }
+  }
+  v1::ReportUsageResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpc(rpc_->stub->ReportUsage(&ctx, req, &resp));
+  if (s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kNotFound) {
+    return MarkLost(s);
+  }
+  return s;
+}
+
+absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
+    int device, size_t count) {
+  std::vector<std::pair<ChunkHandle, uint64_t>> got;
+  {
+    absl::MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("device %d: gmlaked at %s serves devices 0..%d",
+                          device, options_.socket_path, devices_.size() - 1));
+    }
+    if (count == 0) return std::vector<ChunkHandle>{};
+    DeviceState& d = devices_[device];
+    const uint64_t after = (d.held.size() + count) * d.chunk_size;
+    if (d.limit != 0 && after > d.limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "acquiring %d chunks (%s) on device %d would put this process at "
+          "%s, over its limit of %s (SetCapacity)",
+          count, FormatBytes(count * d.chunk_size), device, FormatBytes(after),
+          FormatBytes(d.limit)));
+    }
+    const size_t from_idle = std::min(count, d.idle.size());
+    got.assign(d.idle.end() - from_idle, d.idle.end());
+    d.idle.resize(d.idle.size() - from_idle);
+  }
+  if (got.size() < count) {
+    absl::Status s = Lost();
+    if (s.ok()) s = LeaseAndImport(device, count - got.size(), &got);
+    if (!s.ok()) {
+      // All or nothing: the idle chunks taken stay idle.
+      absl::MutexLock l(&mu_);
+      DeviceState& d = devices_[device];
+      d.idle.insert(d.idle.end(), got.begin(), got.end());
+      return s;
+    }
+  }
+  std::vector<ChunkHandle> handles;
+  handles.reserve(got.size());
+  absl::MutexLock l(&mu_);
+  DeviceState& d = devices_[device];
+  for (const auto& [h, id] : got) {
+    d.held[h] = id;
+    handles.push_back(h);
+  }
+  return handles;
+}
+
+absl::Status DaemonChunkSource::LeaseAndImport(
+    int device, size_t count,
+    std::vector<std::pair<ChunkHandle, uint64_t>>* out) {
+  v1::LeaseRequest req;
+  req.set_session_id(session_id_);
+  req.set_token(token_);
+  req.set_device(device);
+  req.set_chunk_count(count);
+  size_t chunk;
+  {
+    absl::MutexLock l(&mu_);
+    chunk = devices_[device].chunk_size;
+    for (const UsageFigures& u : UsageLocked()) {
+      v1::DeviceUsage* du = req.add_usage();
+      du->set_device(u.device);
+      du->set_used_bytes(u.used);
+      du->set_cached_bytes(u.cached);
+    }
+  }
+  v1::LeaseResponse resp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.lease_timeout);
+    absl::Status s = FromGrpc(rpc_->stub->Lease(&ctx, req, &resp));
+    if (s.code() == absl::StatusCode::kUnavailable ||
+        s.code() == absl::StatusCode::kNotFound) {
+      return MarkLost(s);
+    }
+    if (!s.ok()) return WithContext("gmlaked", s);
+  }
+  if (static_cast<size_t>(resp.chunk_ids_size()) != count) {
+    return absl::DataLossError(
+        absl::StrFormat("gmlaked granted %d chunks for a lease of %d",
+                        resp.chunk_ids_size(), count));
+  }
+  std::vector<uint64_t> lease_ids(resp.chunk_ids().begin(),
+                                  resp.chunk_ids().end());
+  std::vector<std::pair<ChunkHandle, uint64_t>> imported;
+  absl::Status failure;
+  bool socket_broken = false;
+  {
+    absl::MutexLock l(&fd_mu_);
+    v1::FdRequest claim;
+    claim.set_session_id(session_id_);
+    claim.set_token(token_);
+    claim.mutable_claim()->set_lease_id(resp.lease_id());
+    failure = SendFds(fd_sock_.get(), claim.SerializeAsString(), {});
+    socket_broken = !failure.ok();
+    size_t next = 0;
+    while (failure.ok()) {
+      std::vector<UniqueFd> fds;
+      absl::StatusOr<v1::FdReply> reply = ReadReply(fd_sock_.get(), &fds);
+      if (!reply.ok()) {
+        failure = reply.status();
+        socket_broken = true;
+        break;
+      }
+      if (reply->code() != 0) {
+        failure = absl::Status(static_cast<absl::StatusCode>(reply->code()),
+                               absl::StrCat("claiming lease ", resp.lease_id(),
+                                            ": ", reply->message()));
+        break;
+      }
+      if (reply->lease_id() != resp.lease_id() ||
+          static_cast<size_t>(reply->chunk_ids_size()) != fds.size() ||
+          next + fds.size() > lease_ids.size()) {
+        failure = absl::DataLossError(absl::StrFormat(
+            "gmlaked sent %d descriptors for %d chunk ids of lease %d",
+            fds.size(), reply->chunk_ids_size(), reply->lease_id()));
+        socket_broken = true;  // out of step
+        break;
+      }
+      for (size_t i = 0; i < fds.size() && failure.ok(); ++i) {
+        if (reply->chunk_ids(i) != lease_ids[next]) {
+          failure = absl::DataLossError("gmlaked sent chunks out of order");
+          break;
+        }
+        absl::StatusOr<ChunkHandle> h =
+            backend_->ImportChunk(fds[i].get(), device, chunk);
+        // The descriptor closes with `fds`: the import holds the chunk.
+        if (!h.ok()) {
+          failure = WithContext("importing a chunk from gmlaked", h.status());
+          break;
+        }
+        imported.push_back({*h, lease_ids[next]});
+        ++next;
+      }
+      if (reply->last()) {
+        if (failure.ok() && next != lease_ids.size()) {
+          failure = absl::DataLossError(absl::StrFormat(
+              "gmlaked sent %d of the %d descriptors of lease %d", next,
+              lease_ids.size(), resp.lease_id()));
+        }
+        break;
+      }
+    }
+  }
+  if (failure.ok()) {
+    out->insert(out->end(), imported.begin(), imported.end());
+    return absl::OkStatus();
+  }
+  // Undo: drop what was imported and give the whole lease back.
+  for (const auto& [h, id] : imported) {
+    backend_->ReleaseChunk(h).IgnoreError();
+  }
+  if (socket_broken) {
+    // Without the fd socket the session is over (the daemon ends it when
+    // the connection closes).
+    return MarkLost(WithContext("gmlaked's fd socket failed", failure));
+  }
+  v1::ReturnRequest ret;
+  ret.set_session_id(session_id_);
+  ret.set_token(token_);
+  for (uint64_t id : lease_ids) ret.add_chunk_ids(id);
+  v1::ReturnResponse ret_resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  rpc_->stub->Return(&ctx, ret, &ret_resp);
+  return failure;
+}
+
+void DaemonChunkSource::Return(int device,
+                               absl::Span<const ChunkHandle> chunks) {
+  uint64_t keep;
+  {
+    absl::MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return;
+    DeviceState& d = devices_[device];
+    for (ChunkHandle h : chunks) {
+      auto it = d.held.find(h);
+      if (it == d.held.end()) continue;  // not ours: ignored (see header)
+      d.idle.push_back({h, it->second});
+      d.held.erase(it);
+    }
+    keep = options_.idle_watermark_bytes;
+  }
+  TrimIdle(device, keep, 0);
+}
+
+uint64_t DaemonChunkSource::ReleaseIdle(int device) {
+  return TrimIdle(device, 0, 0);
+}
+
+uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
+                                     uint64_t max_bytes) {
+  std::vector<std::pair<ChunkHandle, uint64_t>> give;
+  uint64_t bytes = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+      return 0;
+    }
+    DeviceState& d = devices_[device];
+    while (!d.idle.empty() && d.idle.size() * d.chunk_size > keep_bytes &&
+           (max_bytes == 0 || bytes < max_bytes)) {
+      give.push_back(d.idle.back());
+      d.idle.pop_back();
+      bytes += d.chunk_size;
+    }
+  }
+  if (!give.empty()) GiveBack(give);
+  return bytes;
+}
+
+void DaemonChunkSource::GiveBack(
+    absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks) {
+  // Our handle goes first, so the daemon never leases a chunk on while
+  // this process still holds it.
+  for (const auto& [h, id] : chunks) {
+    backend_->ReleaseChunk(h).IgnoreError();
+  }
+  if (!Lost().ok()) return;
+  v1::ReturnRequest req;
+  req.set_session_id(session_id_);
+  req.set_token(token_);
+  for (const auto& [h, id] : chunks) req.add_chunk_ids(id);
+  {
+    absl::MutexLock l(&mu_);
+    for (const UsageFigures& u : UsageLocked()) {
+      v1::DeviceUsage* du = req.add_usage();
+      du->set_device(u.device);
+      du->set_used_bytes(u.used);
+      du->set_cached_bytes(u.cached);
+    }
+  }
+  v1::ReturnResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpc(rpc_->stub->Return(&ctx, req, &resp));
+  if (s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kNotFound) {
+    MarkLost(s).IgnoreError();
+  }
+}
+
+absl::Status DaemonChunkSource::MarkLost(const absl::Status& why) {
+  absl::MutexLock l(&mu_);
+  if (lost_.ok()) {
+    size_t held = 0;
+    for (const DeviceState& d : devices_) held += d.held.size() + d.idle.size();
+    lost_ = absl::UnavailableError(absl::StrFormat(
+        "gmlaked at %s is gone for session %d (%s): this process keeps the "
+        "%d chunks it holds but cannot lease more until it restarts",
+        options_.socket_path, session_id_, why.message(), held));
+  }
+  return lost_;
+}
+
+absl::Status DaemonChunkSource::Lost() const {
+  absl::MutexLock l(&mu_);
+  return lost_;
+}
+
+absl::Status DaemonChunkSource::daemon_status() const { return Lost(); }
+
+size_t DaemonChunkSource::held_chunks(int device) const {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  return devices_[device].held.size();
+}
+
+size_t DaemonChunkSource::idle_chunks(int device) const {
+  absl::MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  return devices_[device].idle.size();
+}
+
+std::string DaemonChunkSource::Describe() const {
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> devs;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    devs.push_back(absl::StrFormat("device %d: %s chunks, %s capacity", i,
+                                   FormatBytes(devices_[i].chunk_size),
+                                   FormatBytes(devices_[i].lake_capacity)));
+  }
+  return absl::StrFormat("gmlaked at %s (session %d, %s backend; %s)%s",
+                         options_.socket_path, session_id_, daemon_backend_,
+                         absl::StrJoin(devs, "; "),
+                         lost_.ok() ? "" : " [gone]");
+}
+
+DaemonChunkSource::~DaemonChunkSource() {
+  size_t held = 0;
+  {
+    absl::MutexLock l(&mu_);
+    closing_ = true;
+    for (const DeviceState& d : devices_) held += d.held.size();
+  }
+  if (held > 0) {
+    std::fprintf(stderr,
+                 "gmlake: DaemonChunkSource destroyed while %zu chunks are "
+                 "still acquired; the session's end gives them back to "
+                 "gmlaked\n",
+                 held);
+  }
+  if (session_id_ != 0 && rpc_->stub != nullptr && Lost().ok()) {
+    v1::CloseSessionRequest req;
+    req.set_session_id(session_id_);
+    req.set_token(token_);
+    v1::CloseSessionResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::min(options_.rpc_timeout, absl::Seconds(2)));
+    rpc_->stub->CloseSession(&ctx, req, &resp);
+  }
+  if (watch_thread_.joinable()) {
+    rpc_->watch_ctx.TryCancel();
+    watch_thread_.join();
+  }
+  {
+    absl::MutexLock l(&fd_mu_);
+    fd_sock_.Reset();
+  }
+  absl::MutexLock l(&mu_);
+  if (backend_ != nullptr) {
+    for (DeviceState& d : devices_) {
+      for (const auto& [h, id] : d.idle)
+        backend_->ReleaseChunk(h).IgnoreError();
+      for (const auto& [h, id] : d.held)
+        backend_->ReleaseChunk(h).IgnoreError();
+      d.idle.clear();
+      d.held.clear();
+    }
+  }
+}
+
+}  // namespace gmlake

@@ -1,0 +1,44 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/options.h"
+
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+TEST(ParseConfTest, ReadsEveryKindOfValue) {
+  auto o =
+      ParseConf("backend:host, capacity:40GiB,stitch:false,socket:/x.sock");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->backend, "host");
+  EXPECT_EQ(o->capacity, uint64_t{40} << 30);
+  EXPECT_FALSE(o->stitch);
+  EXPECT_EQ(o->socket, "/x.sock");
+}
+
+TEST(ParseConfTest, EmptyKeepsDefaults) {
+  auto o = ParseConf("");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->lake, "auto");
+  EXPECT_EQ(o->small_size, 1u << 20);
+}
+
+TEST(ParseConfTest, BadInputNamesTheKeyAndWhatIsAccepted) {
+  auto unknown = ParseConf("capacty:1GiB");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown key 'capacty'"),
+            std::string::npos);
+  EXPECT_NE(unknown.status().message().find("capacity"), std::string::npos);
+  auto bad = ParseConf("backend:gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto|cuda|host|accounting"),
+            std::string::npos);
+  auto bytes = ParseConf("capacity:lots");
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_NE(bytes.status().message().find("'capacity'"), std::string::npos);
+  EXPECT_FALSE(ParseConf("capacity:").ok());
+}
+
+}  // namespace
+}  // namespace gmlake

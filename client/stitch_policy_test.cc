@@ -1,0 +1,61 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/stitch_policy.h"
+
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kPage = 2 << 20;
+
+TEST(ChoosePlacementTest, JoinsTheFreeTailOfTheLeftSegment) {
+  // 2.1 MiB after a 1.9 MiB free tail needs one new chunk, not two.
+  const GapView gaps[] = {{10, 100, kPage * 19 / 20, 0}};
+  auto p = ChoosePlacement(gaps, kPage * 21 / 20, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->first_page, 10u);
+  EXPECT_EQ(p->pages, 1u);
+}
+
+TEST(ChoosePlacementTest, GrowsTheRightSegmentBackwards) {
+  const GapView gaps[] = {{10, 5, 0, kPage / 2}};
+  auto p = ChoosePlacement(gaps, kPage * 3 / 2, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->pages, 1u);
+  EXPECT_EQ(p->first_page, 14u);  // the last page of the gap
+}
+
+TEST(ChoosePlacementTest, FillingAGapJoinsBothNeighbours) {
+  // 1 page gap between 1 MiB free on each side: 4 MiB fits with one chunk.
+  const GapView gaps[] = {{3, 1, kPage / 2, kPage / 2}, {50, 1000, 0, 0}};
+  auto p = ChoosePlacement(gaps, 2 * kPage, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->gap, 0u);
+  EXPECT_EQ(p->pages, 1u);
+}
+
+TEST(ChoosePlacementTest, PrefersTheSmallestGapOnATie) {
+  const GapView gaps[] = {{0, 1000, 0, 0}, {2000, 4, 0, 0}, {3000, 8, 0, 0}};
+  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->gap, 1u);
+  EXPECT_EQ(p->first_page, 2000u);
+}
+
+TEST(ChoosePlacementTest, NothingWhenNoGapIsLargeEnough) {
+  const GapView gaps[] = {{0, 2, 0, 0}};
+  EXPECT_FALSE(ChoosePlacement(gaps, 5 * kPage, kPage).has_value());
+  EXPECT_FALSE(ChoosePlacement({}, kPage, kPage).has_value());
+}
+
+TEST(OrderVictimsTest, SmallestBlocksGiveTheirPagesFirst) {
+  const VictimView v[] = {{100 * kPage, 100, 1},
+                          {3 * kPage, 2, 2},
+                          {3 * kPage, 3, 0},
+                          {50 * kPage, 49, 3}};
+  EXPECT_EQ(OrderVictims(v), (std::vector<size_t>{2, 1, 3, 0}));
+}
+
+}  // namespace
+}  // namespace gmlake
