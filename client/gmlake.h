@@ -1,0 +1,67 @@
+/* Copyright 2026 The GMLake Authors.
+ *
+ * libgmlake's C API: GPU memory with virtual memory stitching, for any
+ * framework. Every function is thread-safe. Functions returning int give 0
+ * on success and -1 on failure; pointer-returning ones give NULL. After a
+ * failure gmlake_last_error() says what was wrong and what to do.
+ *
+ * Options: gmlake_init's `conf`, else the GMLAKE_CONF environment variable,
+ * "key:value,key:value" (docs/tuning.md lists every key). Without an
+ * explicit gmlake_init, the first call initialises from GMLAKE_CONF.
+ *
+ * PyTorch: torch.cuda.memory.CUDAPluggableAllocator("libgmlake.so",
+ * "gmlake_torch_malloc", "gmlake_torch_free").
+ */
+
+#ifndef GMLAKE_CLIENT_GMLAKE_H_
+#define GMLAKE_CLIENT_GMLAKE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Starts the allocator with `conf` (NULL: GMLAKE_CONF). Fails if already
+ * started with other options; call gmlake_shutdown first. */
+int gmlake_init(const char* conf);
+/* Frees everything and returns all memory to the lake. Pointers handed out
+ * before become invalid. */
+void gmlake_shutdown(void);
+
+/* `size` bytes on `device` for use on `stream` (a CUstream; 0: default). */
+void* gmlake_malloc(size_t size, int device, uint64_t stream);
+int gmlake_free(void* ptr);
+/* `ptr` is also used on `stream`: its memory is reused only after the work
+ * queued there up to the free has finished. */
+int gmlake_record_stream(void* ptr, uint64_t stream);
+
+/* Returns cached free memory to the lake; the bytes returned. */
+uint64_t gmlake_empty_cache(void);
+/* Caps what this process may hold on `device` (0: no cap). */
+int gmlake_set_capacity(int device, uint64_t bytes);
+void gmlake_reset_peak_stats(void);
+
+/* JSON, to be released with gmlake_free_string. Stats use PyTorch's keys
+ * ("allocated_bytes.all.current", ...) plus "gmlake.*"; device -1: all.
+ * The snapshot has the shape of torch.cuda.memory._snapshot(). */
+char* gmlake_stats_json(int device);
+char* gmlake_snapshot_json(void);
+void gmlake_free_string(char* s);
+
+/* What the last failing call on this thread said ("" if none). */
+const char* gmlake_last_error(void);
+/* Which backend and lake are in use (NULL before init). */
+const char* gmlake_describe(void);
+
+/* The signatures torch.cuda.memory.CUDAPluggableAllocator expects. */
+void* gmlake_torch_malloc(ssize_t size, int device, void* stream);
+void gmlake_torch_free(void* ptr, ssize_t size, int device, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GMLAKE_CLIENT_GMLAKE_H_ */

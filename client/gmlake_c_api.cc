@@ -1,0 +1,182 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The C API over one process-wide Allocator.
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/base/call_once.h"
+#include "absl/synchronization/mutex.h"
+#include "client/allocator.h"
+#include "client/gmlake.h"
+#include "client/lake.h"
+#include "client/options.h"
+
+namespace gmlake {
+namespace {
+
+struct Global {
+  absl::Mutex mu;
+  std::unique_ptr<Allocator> allocator;
+  std::string conf;
+  std::string description;
+};
+
+Global& G() {
+  static Global* g = new Global();
+  return *g;
+}
+
+thread_local std::string last_error;
+
+int Fail(const absl::Status& s) {
+  last_error = std::string(s.message());
+  return -1;
+}
+
+absl::Status InitLocked(Global& g, const char* conf) {
+  const std::string text =
+      conf != nullptr
+          ? conf
+          : (std::getenv("GMLAKE_CONF") ? std::getenv("GMLAKE_CONF") : "");
+  if (g.allocator != nullptr) {
+    if (text == g.conf) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "gmlake is already initialised with other options; call "
+        "gmlake_shutdown() first");
+  }
+  absl::StatusOr<AllocatorOptions> options = ParseConf(text);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<OpenedLake> lake = OpenLake(*options);
+  if (!lake.ok()) return lake.status();
+  g.description = lake->description;
+  if (options->log) {
+    std::fprintf(stderr, "gmlake: %s\n", g.description.c_str());
+  }
+  g.allocator = std::make_unique<Allocator>(std::move(lake->source), *options);
+  g.conf = text;
+  return absl::OkStatus();
+}
+
+// The allocator, initialised from GMLAKE_CONF on first use.
+Allocator* Get() {
+  Global& g = G();
+  absl::MutexLock lock(&g.mu);
+  if (g.allocator == nullptr) {
+    absl::Status s = InitLocked(g, nullptr);
+    if (!s.ok()) {
+      Fail(s);
+      return nullptr;
+    }
+  }
+  return g.allocator.get();
+}
+
+char* Dup(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+}  // namespace
+}  // namespace gmlake
+
+using gmlake::Fail;
+using gmlake::Get;
+
+extern "C" {
+
+int gmlake_init(const char* conf) {
+  gmlake::Global& g = gmlake::G();
+  absl::MutexLock lock(&g.mu);
+  absl::Status s = gmlake::InitLocked(g, conf);
+  return s.ok() ? 0 : Fail(s);
+}
+
+void gmlake_shutdown(void) {
+  gmlake::Global& g = gmlake::G();
+  absl::MutexLock lock(&g.mu);
+  g.allocator.reset();
+  g.conf.clear();
+  g.description.clear();
+}
+
+void* gmlake_malloc(size_t size, int device, uint64_t stream) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return nullptr;
+  absl::StatusOr<gmlake::DevicePtr> p = a->Malloc(size, device, stream);
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(*p);
+}
+
+int gmlake_free(void* ptr) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  absl::Status s = a->Free(reinterpret_cast<gmlake::DevicePtr>(ptr));
+  return s.ok() ? 0 : Fail(s);
+}
+
+int gmlake_record_stream(void* ptr, uint64_t stream) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  absl::Status s =
+      a->RecordStream(reinterpret_cast<gmlake::DevicePtr>(ptr), stream);
+  return s.ok() ? 0 : Fail(s);
+}
+
+uint64_t gmlake_empty_cache(void) {
+  gmlake::Allocator* a = Get();
+  return a == nullptr ? 0 : a->EmptyCache();
+}
+
+int gmlake_set_capacity(int device, uint64_t bytes) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  absl::Status s = a->SetCapacity(device, bytes);
+  return s.ok() ? 0 : Fail(s);
+}
+
+void gmlake_reset_peak_stats(void) {
+  if (gmlake::Allocator* a = Get()) a->ResetPeaks();
+}
+
+char* gmlake_stats_json(int device) {
+  gmlake::Allocator* a = Get();
+  return a == nullptr ? nullptr : gmlake::Dup(a->stats(device).ToJson());
+}
+
+char* gmlake_snapshot_json(void) {
+  gmlake::Allocator* a = Get();
+  return a == nullptr ? nullptr : gmlake::Dup(a->SnapshotJson());
+}
+
+void gmlake_free_string(char* s) { std::free(s); }
+
+const char* gmlake_last_error(void) { return gmlake::last_error.c_str(); }
+
+const char* gmlake_describe(void) {
+  gmlake::Global& g = gmlake::G();
+  absl::MutexLock lock(&g.mu);
+  return g.allocator == nullptr ? nullptr : g.description.c_str();
+}
+
+void* gmlake_torch_malloc(ssize_t size, int device, void* stream) {
+  if (size < 0) return nullptr;
+  return gmlake_malloc(static_cast<size_t>(size), device,
+                       reinterpret_cast<uint64_t>(stream));
+}
+
+void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
+                       void* /*stream*/) {
+  if (gmlake_free(ptr) != 0) {
+    std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
+  }
+}
+
+}  // extern "C"
