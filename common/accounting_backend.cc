@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/bytes.h"
 
 namespace gmlake {
 namespace {
@@ -29,12 +28,8 @@ AccountingBackend::AccountingBackend(const Options& options)
     : books_("accounting", options), note_(options.note) {}
 
 std::string AccountingBackend::Describe() const {
-  const int n = books_.devices();
-  std::string out = absl::StrCat(
-      "accounting backend (books only, no memory): ", n,
-      n == 1 ? " device, " : " devices, ", FormatBytes(books_.capacity_bytes()),
-      n == 1 ? " capacity, " : " capacity each, ",
-      FormatBytes(books_.granularity()), " chunks");
+  std::string out = absl::StrCat("accounting backend (books only, no memory): ",
+                                 books_.DescribeDevices());
   if (!note_.empty()) absl::StrAppend(&out, "; ", note_);
   return out;
 }

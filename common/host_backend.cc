@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/bytes.h"
 
 namespace gmlake {
 namespace {
@@ -83,12 +82,9 @@ HostBackend::~HostBackend() {
 }
 
 std::string HostBackend::Describe() const {
-  const int n = books_.devices();
-  std::string out = absl::StrCat(
-      "host backend (memfd+mmap): ", n, n == 1 ? " device, " : " devices, ",
-      FormatBytes(books_.capacity_bytes()),
-      n == 1 ? " capacity, " : " capacity each, ",
-      FormatBytes(books_.granularity()), " chunks, fd limit ", fd_limit_);
+  std::string out =
+      absl::StrCat("host backend (memfd+mmap): ", books_.DescribeDevices(),
+                   ", fd limit ", fd_limit_);
   if (!note_.empty()) absl::StrAppend(&out, "; ", note_);
   return out;
 }

@@ -442,6 +442,13 @@ size_t VmmBooks::live_ranges() const {
   return ranges_.size();
 }
 
+std::string VmmBooks::DescribeDevices() const {
+  return absl::StrCat(devices_, devices_ == 1 ? " device, " : " devices, ",
+                      FormatBytes(capacity_),
+                      devices_ == 1 ? " capacity, " : " capacity each, ",
+                      FormatBytes(granularity_), " chunks");
+}
+
 std::vector<std::pair<DevicePtr, size_t>> VmmBooks::TakeAllRanges() {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<DevicePtr, size_t>> out(ranges_.begin(), ranges_.end());

@@ -159,6 +159,9 @@ class VmmBooks {
   size_t live_chunks() const;
   size_t live_mappings() const;
   size_t live_ranges() const;
+  // "1 device, 64.00 GiB capacity, 2.00 MiB chunks" (each device's
+  // capacity when there are several): the middle of Describe().
+  std::string DescribeDevices() const;
   // Forgets every range and mapping and returns the ranges, for a backend's
   // destructor to release their address space.
   std::vector<std::pair<DevicePtr, size_t>> TakeAllRanges();
