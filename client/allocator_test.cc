@@ -224,7 +224,9 @@ TEST_F(AllocatorTest, PropertyRandomTrafficKeepsDataAndBooksIntact) {
       }
       // No overlap with any live block.
       auto next = live.lower_bound(*p);
-      if (next != live.end()) ASSERT_LE(*p + size, next->first);
+      if (next != live.end()) {
+        ASSERT_LE(*p + size, next->first);
+      }
       if (next != live.begin()) {
         auto prev = std::prev(next);
         ASSERT_LE(prev->first + prev->second.size, *p);
