@@ -337,7 +337,7 @@ absl::Status Run() {
   // Sessions end first (their Watch streams finish, waiting leases fail),
   // then the servers stop, then the chunks are released.
   (*lake)->Shutdown();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
   server->Wait();
   (*fd_server)->Stop();
   ::unlink(grpc_path.c_str());

@@ -353,7 +353,8 @@ void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
 }
 
 absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
-                               absl::Span<const DeviceUsageReport> usage) {
+                               absl::Span<const DeviceUsageReport> usage,
+                               bool answers_pressure) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
@@ -366,9 +367,11 @@ absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
     }
   }
   for (const DeviceUsageReport& u : usage) s->usage[u.device] = u;
-  ++s->reports;
-  // A lease waiting for answers to its pressure requests may stop waiting.
-  freed_.SignalAll();
+  if (answers_pressure) {
+    ++s->reports;
+    // A lease waiting for answers to its pressure requests may go on.
+    freed_.SignalAll();
+  }
   return absl::OkStatus();
 }
 
@@ -639,9 +642,18 @@ uint64_t Lake::UidBytesLocked(int64_t uid) const {
   return it == uid_bytes_.end() ? 0 : it->second;
 }
 
-std::vector<uint64_t> Lake::SendPressureLocked(const Session& asker, int device,
-                                               uint64_t bytes,
-                                               Aftermath* after) {
+size_t Lake::HoldersLocked(int device) const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) {
+    auto it = s->leased_chunks_by_device.find(device);
+    if (it != s->leased_chunks_by_device.end() && it->second > 0) ++n;
+  }
+  return n;
+}
+
+std::vector<uint64_t> Lake::SendPressureLocked(
+    const Session& asker, int device, uint64_t bytes,
+    absl::Span<const uint64_t> exclude, Aftermath* after) {
   struct Candidate {
     Session* s;
     uint64_t cached;  // reported cached bytes on the device
@@ -651,6 +663,9 @@ std::vector<uint64_t> Lake::SendPressureLocked(const Session& asker, int device,
   std::vector<Candidate> cands;
   for (auto& [id, s] : sessions_) {
     if (id == asker.id || s->sink == nullptr) continue;
+    if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+      continue;
+    }
     auto n = s->leased_chunks_by_device.find(device);
     if (n == s->leased_chunks_by_device.end() || n->second == 0) continue;
     auto u = s->usage.find(device);
@@ -747,7 +762,6 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   const uint64_t bytes = count * size;
   const int64_t uid = s->peer.uid;
   const absl::Time deadline = absl::Now() + options_.reclaim_timeout;
-  bool pressured = false;
   std::vector<uint64_t> asked;
   std::vector<uint64_t> asked_reports;
   for (;;) {
@@ -790,26 +804,12 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
           "sessions)",
           count, FormatBytes(bytes), device, label, FormatBytes(d.free * size),
           FormatBytes(room * size), FormatBytes(d.capacity_chunks * size),
-          FormatBytes(d.leased * size), sessions_.size() - 1 + 1);
+          FormatBytes(d.leased * size), HoldersLocked(device));
     };
-    if (!pressured) {
-      pressured = true;
-      asked = SendPressureLocked(*s, device, short_bytes, &after);
-      if (asked.empty()) {
-        return fail(absl::ResourceExhaustedError(
-            absl::StrCat(describe(),
-                         "; no other session holds memory there to ask "
-                         "for")));
-      }
-      for (uint64_t id : asked) asked_reports.push_back(sessions_[id]->reports);
-      // Send without the lock, then look again.
-      mu_.Unlock();
-      after.Run(backend_);
-      mu_.Lock();
-      continue;
-    }
-    // Stop early once every session asked has answered (reported usage
-    // after handling the request, or ended) and it is still not enough.
+    // Ask sessions for memory: first round at once, and another round
+    // (sessions not asked yet) whenever everyone asked so far has answered
+    // (reported usage after handling the request, or ended) and it is
+    // still not enough.
     bool all_answered = true;
     for (size_t i = 0; i < asked.size(); ++i) {
       auto a = sessions_.find(asked[i]);
@@ -817,15 +817,35 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
         all_answered = false;
       }
     }
-    if (all_answered || absl::Now() >= deadline) {
+    if (all_answered) {
+      std::vector<uint64_t> more =
+          SendPressureLocked(*s, device, short_bytes, asked, &after);
+      if (more.empty()) {
+        return fail(absl::ResourceExhaustedError(
+            asked.empty()
+                ? absl::StrCat(describe(),
+                               "; no other session holds memory there to "
+                               "ask for")
+                : absl::StrFormat("%s; asked %d other sessions to return "
+                                  "memory and they returned less",
+                                  describe(), asked.size())));
+      }
+      for (uint64_t id : more) {
+        asked.push_back(id);
+        asked_reports.push_back(sessions_[id]->reports);
+      }
+      // Send without the lock, then look again.
+      mu_.Unlock();
+      after.Run(backend_);
+      mu_.Lock();
+      continue;
+    }
+    if (absl::Now() >= deadline) {
       return fail(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s; asked %d other sessions to return %s, and %s", describe(),
-          asked.size(), FormatBytes(short_bytes),
-          all_answered
-              ? "they returned less"
-              : absl::StrCat("they did not return enough within ",
-                             absl::FormatDuration(options_.reclaim_timeout),
-                             " (--reclaim_timeout)"))));
+          "%s; asked %d other sessions to return memory and they did not "
+          "return enough within %s (--reclaim_timeout)",
+          describe(), asked.size(),
+          absl::FormatDuration(options_.reclaim_timeout))));
     }
     ++waiting_leases_;
     freed_.WaitWithDeadline(&mu_, deadline);

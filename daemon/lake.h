@@ -182,9 +182,13 @@ class Lake {
   // The Watch stream behind `sink` broke: ends its session, unless another
   // sink replaced it or the session ended already.
   void WatcherGone(uint64_t session, const PressureSink* sink);
-  // Records the client's usage figures.
+  // Records the client's usage figures. `answers_pressure`: the report is
+  // the client's answer to pressure requests (a ReportUsage call), not
+  // figures riding on a Lease or Return: a lease waiting for answers stops
+  // waiting once every session asked has answered.
   absl::Status ReportUsage(uint64_t session, absl::string_view token,
-                           absl::Span<const DeviceUsageReport> usage);
+                           absl::Span<const DeviceUsageReport> usage,
+                           bool answers_pressure = true);
   // Ends a session at its client's request; returns the bytes it held.
   absl::StatusOr<uint64_t> CloseSession(uint64_t session,
                                         absl::string_view token);
@@ -268,7 +272,7 @@ class Lake {
     uint64_t leased_bytes = 0;
     uint64_t pending_bytes = 0;  // being created/scrubbed in Lease
     std::map<int, DeviceUsageReport> usage;
-    uint64_t reports = 0;  // ReportUsage calls, to see answers to pressure
+    uint64_t reports = 0;  // answers to pressure (ReportUsage calls)
     struct PendingLease {
       std::vector<uint64_t> chunk_ids;
       absl::Time granted;
@@ -317,11 +321,16 @@ class Lake {
                       std::vector<uint64_t>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NeedsScrub(int64_t last_uid, int64_t next_uid) const;
-  // Asks sessions other than `asker` to return about `bytes` on `device`.
+  // Asks sessions other than `asker` and those in `exclude` (asked
+  // already) to return about `bytes` on `device`, largest cached first.
   // Returns the ids of the sessions asked.
   std::vector<uint64_t> SendPressureLocked(const Session& asker, int device,
-                                           uint64_t bytes, Aftermath* after)
+                                           uint64_t bytes,
+                                           absl::Span<const uint64_t> exclude,
+                                           Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sessions holding chunks on `device`.
+  size_t HoldersLocked(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t UidBytesLocked(int64_t uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Zeroes chunks through a scratch mapping (no lock needed: the chunks are
   // in state kScrubbing and nobody else touches them).

@@ -202,7 +202,8 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
                                 v1::LeaseResponse* response) {
   if (request->usage_size() > 0) {
     absl::Status s = lake_->ReportUsage(request->session_id(), request->token(),
-                                        ToReports(request->usage()));
+                                        ToReports(request->usage()),
+                                        /*answers_pressure=*/false);
     if (!s.ok()) return ToGrpc(s);
   }
   const int device = request->device();
@@ -260,7 +261,8 @@ grpc::Status LakeService::Return(grpc::ServerContext* /*context*/,
   response->set_returned_bytes(*bytes);
   if (request->usage_size() > 0) {
     absl::Status s = lake_->ReportUsage(request->session_id(), request->token(),
-                                        ToReports(request->usage()));
+                                        ToReports(request->usage()),
+                                        /*answers_pressure=*/false);
     if (!s.ok()) return ToGrpc(s);
   }
   return grpc::Status::OK;
