@@ -2,31 +2,18 @@
 
 #include "client/lake.h"
 
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "client/daemon_chunk_source.h"
 #include "client/embedded_lake.h"
 #include "common/vmm.h"
 
 namespace gmlake {
+namespace {
 
-absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
-  std::string why;
-  if (options.lake != "embedded") {
-    struct stat st;
-    const bool socket_there = ::stat(options.socket.c_str(), &st) == 0;
-    if (options.lake == "daemon" || socket_there) {
-      // The daemon source arrives with gmlaked's client (daemon issue); until
-      // it is linked in, say so rather than pretend.
-      absl::Status s = absl::UnavailableError(
-          absl::StrCat("gmlaked at ", options.socket,
-                       " cannot be used by this build of libgmlake"));
-      if (options.lake == "daemon") return s;
-      why = absl::StrCat(" (", s.message(), ")");
-    } else {
-      why = absl::StrCat(" (no gmlaked socket at ", options.socket, ")");
-    }
-  }
+absl::StatusOr<OpenedLake> OpenEmbedded(const AllocatorOptions& options,
+                                        const std::string& why) {
   BackendOptions bo;
   bo.kind = options.backend;
   bo.host_capacity_bytes = options.host_capacity;
@@ -42,6 +29,43 @@ absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
   OpenedLake out;
   out.description = lake->Describe() + why;
   out.source = std::move(lake);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
+  if (options.lake == "embedded") return OpenEmbedded(options, "");
+  DaemonSourceOptions d;
+  d.socket_path = options.socket;
+  const char* name = std::getenv("GMLAKE_NAME");
+  d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
+  d.idle_watermark_bytes = options.idle_watermark;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> daemon =
+      DaemonChunkSource::Connect(d);
+  if (!daemon.ok()) {
+    if (options.lake == "daemon") {
+      return absl::Status(
+          daemon.status().code(),
+          absl::StrCat(daemon.status().message(),
+                       " (GMLAKE_CONF has lake:daemon; start gmlaked, point "
+                       "socket: at it, or use lake:auto)"));
+    }
+    // lake:auto: no daemon here is normal; anything else is worth saying.
+    return OpenEmbedded(
+        options,
+        absl::StrCat(" (gmlaked not used: ", daemon.status().message(), ")"));
+  }
+  for (int dev = 0; dev < (*daemon)->backend()->device_count(); ++dev) {
+    if (options.capacity == 0) break;
+    if (absl::Status s = (*daemon)->SetCapacity(dev, options.capacity);
+        !s.ok()) {
+      return s;
+    }
+  }
+  OpenedLake out;
+  out.description = (*daemon)->Describe();
+  out.source = *std::move(daemon);
   return out;
 }
 
