@@ -8,6 +8,7 @@
 // With no trace named it replays ../shared/traces/*.trace.gz.
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,7 +23,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/bytes.h"
 #include "nlohmann/json.hpp"
+#include "tools/lake_share.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
 
@@ -42,6 +45,19 @@ ABSL_FLAG(std::string, conf, "", "GMLAKE_CONF options for the allocator");
 ABSL_FLAG(uint64_t, check_every, 0,
           "check the allocator's books every N events (0: never)");
 ABSL_FLAG(bool, progress, true, "show progress on stderr");
+ABSL_FLAG(bool, lake, false,
+          "the lake-share benchmark: one client process per trace against "
+          "one gmlaked, busy in turns (see tools/lake_share.h)");
+ABSL_FLAG(int, lake_rounds, 2, "--lake: turns each client is busy");
+ABSL_FLAG(std::string, lake_capacity, "",
+          "--lake: gmlaked's capacity (default 1.05 x the floor)");
+ABSL_FLAG(std::string, lake_socket, "",
+          "--lake: use the gmlaked at this socket instead of starting one");
+ABSL_FLAG(std::string, gmlaked, "",
+          "--lake: path of gmlaked (default: beside this binary, or "
+          "../daemon/gmlaked in bazel-bin)");
+ABSL_FLAG(bool, lake_client, false,
+          "internal: run as one client process of --lake");
 
 namespace gmlake {
 namespace {
@@ -85,11 +101,94 @@ void Progress(const std::string& line) {
 
 double Gib(uint64_t b) { return b / double(uint64_t{1} << 30); }
 
+int LakeMain(const std::vector<std::string>& args) {
+  LakeShareConfig config;
+  config.trace_paths = TraceFiles(args);
+  config.rounds = absl::GetFlag(FLAGS_lake_rounds);
+  config.backend = absl::GetFlag(FLAGS_backend);
+  config.conf = absl::GetFlag(FLAGS_conf);
+  config.socket = absl::GetFlag(FLAGS_lake_socket);
+  config.gmlaked = Resolve(absl::GetFlag(FLAGS_gmlaked));
+  config.progress = absl::GetFlag(FLAGS_progress);
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  config.self = len > 0 ? std::string(self, len) : "gmlake-replay";
+  if (const std::string c = absl::GetFlag(FLAGS_lake_capacity); !c.empty()) {
+    absl::StatusOr<uint64_t> b = ParseBytes(c);
+    if (!b.ok()) {
+      std::cerr << "gmlake-replay: --lake_capacity: " << b.status().message()
+                << "\n";
+      return 2;
+    }
+    config.capacity = *b;
+  }
+  absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
+  if (!r.ok()) {
+    std::cerr << "\ngmlake-replay --lake: " << r.status().message() << "\n";
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json out;
+    out["processes"] = config.trace_paths.size();
+    out["rounds"] = config.rounds;
+    out["backend"] = config.backend;
+    out["capacity_bytes"] = r->capacity_bytes;
+    out["node_peak_bytes"] = r->node_peak_bytes;
+    out["sum_of_process_peaks_bytes"] = r->sum_of_process_peaks_bytes;
+    out["floor_bytes"] = r->floor_bytes;
+    out["node_peak_over_floor"] = r->node_peak_over_floor;
+    for (const LakePhase& p : r->phases) {
+      out["phases"].push_back(
+          {{"round", p.round},
+           {"busy", p.trace},
+           {"busy_reserved_peak_bytes", p.client_reserved_peak},
+           {"node_bytes", p.node_bytes},
+           {"floor_bytes", p.floor_bytes},
+           {"pressure_requests", p.pressure_requests},
+           {"seconds", p.seconds}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf(
+      "lake-share: %zu processes against one gmlaked (%s backend), "
+      "capacity %.2f GiB, %d rounds\n",
+      config.trace_paths.size(), config.backend.c_str(), Gib(r->capacity_bytes),
+      config.rounds);
+  std::printf("%5s %-22s %14s %12s %12s %9s %8s\n", "round", "busy",
+              "its peak GiB", "node GiB", "floor GiB", "pressure", "seconds");
+  for (const LakePhase& p : r->phases) {
+    std::printf("%5d %-22s %14.2f %12.2f %12.2f %9llu %8.1f\n", p.round + 1,
+                p.trace.c_str(), Gib(p.client_reserved_peak), Gib(p.node_bytes),
+                Gib(p.floor_bytes),
+                static_cast<unsigned long long>(p.pressure_requests),
+                p.seconds);
+  }
+  std::printf(
+      "node peak %.2f GiB = %.3f x the floor (%.2f GiB live across "
+      "processes at most); separate processes would hold %.2f GiB "
+      "(%.3f x)\n",
+      Gib(r->node_peak_bytes), r->node_peak_over_floor, Gib(r->floor_bytes),
+      Gib(r->sum_of_process_peaks_bytes),
+      static_cast<double>(r->sum_of_process_peaks_bytes) / r->floor_bytes);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]");
+      "gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]\n"
+      "gmlake-replay --lake [--lake_rounds=N] TRACE TRACE [...]");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
+  if (absl::GetFlag(FLAGS_lake_client)) {
+    if (args.size() != 1) {
+      std::cerr << "--lake_client takes one trace\n";
+      return 2;
+    }
+    return LakeClientMain(absl::GetFlag(FLAGS_lake_socket), args[0],
+                          absl::GetFlag(FLAGS_conf));
+  }
+  if (absl::GetFlag(FLAGS_lake)) return LakeMain(args);
   nlohmann::json baseline;
   if (const std::string b = absl::GetFlag(FLAGS_baseline); !b.empty()) {
     std::ifstream in(Resolve(b));

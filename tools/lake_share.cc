@@ -1,0 +1,318 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "tools/lake_share.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/allocator.h"
+#include "client/daemon_chunk_source.h"
+#include "client/options.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "proto/gmlake.grpc.pb.h"
+#include "tools/subprocess.h"
+#include "tools/trace.h"
+
+namespace gmlake {
+namespace {
+
+constexpr uint64_t kChunk = uint64_t{2} << 20;
+
+// Live bytes of a trace: its peak, and what is still live at its end.
+struct TraceShape {
+  uint64_t peak = 0;
+  uint64_t leftover = 0;
+};
+
+TraceShape ShapeOf(const Trace& t) {
+  std::vector<uint64_t> size(t.num_ids);
+  uint64_t live = 0;
+  TraceShape s;
+  for (const TraceEvent& e : t.events) {
+    if (e.alloc) {
+      size[e.id] = e.size;
+      live += e.size;
+      s.peak = std::max(s.peak, live);
+    } else {
+      live -= size[e.id];
+    }
+  }
+  s.leftover = live;
+  return s;
+}
+
+void Progress(bool on, const std::string& line) {
+  if (!on) return;
+  std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string Dir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// gmlaked's created bytes on device 0 and the pressure requests it sent.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> NodeBytes(
+    gmlake::v1::Lake::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  gmlake::v1::StatusRequest req;
+  gmlake::v1::StatusResponse resp;
+  grpc::Status s = stub->Status(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("gmlaked Status: ", s.error_message()));
+  }
+  uint64_t created = 0;
+  for (const auto& d : resp.devices()) {
+    created += d.created_bytes() + d.creating_bytes();
+  }
+  return std::make_pair(created, resp.pressure_requests_sent());
+}
+
+}  // namespace
+
+int LakeClientMain(const std::string& socket, const std::string& trace_path,
+                   const std::string& conf) {
+  auto fail = [](const std::string& what) {
+    std::printf("err %s\n", what.c_str());
+    std::fflush(stdout);
+    return 1;
+  };
+  absl::StatusOr<Trace> trace = LoadTrace(trace_path);
+  if (!trace.ok()) return fail(std::string(trace.status().message()));
+  absl::StatusOr<AllocatorOptions> options = ParseConf(conf);
+  if (!options.ok()) return fail(std::string(options.status().message()));
+  DaemonSourceOptions d;
+  d.socket_path = socket;
+  d.name = absl::StrCat("replay ", trace->name);
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
+      DaemonChunkSource::Connect(d);
+  if (!source.ok()) return fail(std::string(source.status().message()));
+  std::vector<DevicePtr> ptr(trace->num_ids, 0);
+  {
+    Allocator allocator(source->get(), *options);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      for (DevicePtr& p : ptr) {
+        if (p != 0) allocator.Free(p).IgnoreError();
+        p = 0;
+      }
+      if (line == "exit") break;
+      if (line != "run") return fail(absl::StrCat("unknown command ", line));
+      allocator.ResetPeaks();
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string error;
+      for (const TraceEvent& e : trace->events) {
+        if (e.alloc) {
+          absl::StatusOr<DevicePtr> p = allocator.Malloc(e.size, 0, e.stream);
+          if (!p.ok()) {
+            error = std::string(p.status().message());
+            break;
+          }
+          ptr[e.id] = *p;
+        } else if (ptr[e.id] != 0) {
+          if (absl::Status s = allocator.Free(ptr[e.id]); !s.ok()) {
+            error = std::string(s.message());
+            break;
+          }
+          ptr[e.id] = 0;
+        }
+      }
+      const AllocatorStats st = allocator.stats(0);
+      nlohmann::json out;
+      out["ok"] = error.empty();
+      out["error"] = error;
+      out["reserved_peak"] = st.reserved_bytes.peak;
+      out["reserved_now"] = st.reserved_bytes.current;
+      out["allocated_now"] = st.allocated_bytes.current;
+      out["chunks_returned"] = st.chunks_returned;
+      out["pressure_requests"] = (*source)->pressure_requests();
+      out["seconds"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      std::printf("done %s\n", out.dump().c_str());
+      std::fflush(stdout);
+      if (!error.empty()) break;
+    }
+  }
+  return 0;
+}
+
+absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
+  const size_t n = config.trace_paths.size();
+  if (n < 2) {
+    return absl::InvalidArgumentError(
+        "--lake needs two or more traces, one per client process");
+  }
+  // The floor, from the traces alone: in each phase, the busy process's
+  // live peak plus what the others' last runs left live.
+  std::vector<std::string> names;
+  std::vector<TraceShape> shapes;
+  for (const std::string& p : config.trace_paths) {
+    Progress(config.progress, absl::StrCat("lake: loading ", p));
+    absl::StatusOr<Trace> t = LoadTrace(p);
+    if (!t.ok()) return t.status();
+    names.push_back(t->name);
+    shapes.push_back(ShapeOf(*t));
+  }
+  LakeShareResult result;
+  std::vector<bool> started(n, false);
+  std::vector<uint64_t> phase_floor;
+  for (int r = 0; r < config.rounds; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t f = shapes[i].peak;
+      for (size_t j = 0; j < n; ++j) {
+        if (j != i && started[j]) f += shapes[j].leftover;
+      }
+      started[i] = true;
+      phase_floor.push_back(f);
+      result.floor_bytes = std::max(result.floor_bytes, f);
+    }
+  }
+  // Rounded down to whole chunks: the lake never holds more than 1.05x.
+  result.capacity_bytes =
+      config.capacity != 0
+          ? config.capacity
+          : static_cast<uint64_t>(result.floor_bytes * 1.05) / kChunk * kChunk;
+
+  // gmlaked.
+  std::unique_ptr<Subprocess> daemon;
+  std::string socket = config.socket;
+  std::string dir;
+  if (socket.empty()) {
+    char tmpl[] = "/tmp/gml.XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp");
+    dir = tmpl;
+    socket = dir + "/gmlaked.sock";
+    std::string bin = config.gmlaked;
+    if (bin.empty()) {
+      bin = Dir(config.self) + "/gmlaked";
+      if (::access(bin.c_str(), X_OK) != 0) {
+        bin = Dir(config.self) + "/../daemon/gmlaked";
+      }
+    }
+    const uint64_t host_capacity =
+        std::max<uint64_t>(result.capacity_bytes, uint64_t{64} << 30);
+    absl::StatusOr<std::unique_ptr<Subprocess>> d = Subprocess::Start(
+        {bin, "--backend=" + config.backend, "--socket=" + socket,
+         "--fd_socket=" + dir + "/fd.sock",
+         absl::StrCat("--capacity=", result.capacity_bytes),
+         absl::StrCat("--host_capacity=", host_capacity)},
+        /*pipes=*/false);
+    if (!d.ok()) {
+      return absl::Status(
+          d.status().code(),
+          absl::StrCat("starting gmlaked: ", d.status().message(),
+                       " (pass --gmlaked=PATH)"));
+    }
+    daemon = *std::move(d);
+  }
+  auto channel =
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = gmlake::v1::Lake::NewStub(channel);
+  Progress(config.progress,
+           absl::StrCat("lake: waiting for gmlaked at ", socket));
+  for (int i = 0; i < 500 && !NodeBytes(stub.get()).ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (absl::StatusOr<std::pair<uint64_t, uint64_t>> nb = NodeBytes(stub.get());
+      !nb.ok()) {
+    return nb.status();
+  }
+
+  // The clients.
+  std::vector<std::unique_ptr<Subprocess>> clients;
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> c = Subprocess::Start(
+        {config.self, "--lake_client", "--lake_socket=" + socket,
+         "--conf=" + config.conf, config.trace_paths[i]},
+        /*pipes=*/true);
+    if (!c.ok()) return c.status();
+    absl::StatusOr<std::string> ready = (*c)->ReadLine();
+    if (!ready.ok() || *ready != "ready") {
+      return absl::UnavailableError(absl::StrCat(
+          "client for ", names[i], " did not start: ",
+          ready.ok() ? *ready : std::string(ready.status().message())));
+    }
+    clients.push_back(*std::move(c));
+  }
+  std::vector<uint64_t> process_peak(n, 0);
+  size_t phase = 0;
+  absl::Status failure;
+  for (int r = 0; r < config.rounds && failure.ok(); ++r) {
+    for (size_t i = 0; i < n && failure.ok(); ++i, ++phase) {
+      Progress(config.progress,
+               absl::StrFormat("lake: round %d/%d, %s busy, %d others idle",
+                               r + 1, config.rounds, names[i], n - 1));
+      if (absl::Status s = clients[i]->Send("run"); !s.ok()) {
+        failure = s;
+        break;
+      }
+      absl::StatusOr<std::string> line = clients[i]->ReadLine();
+      if (!line.ok() || !absl::StartsWith(*line, "done ")) {
+        failure = absl::InternalError(absl::StrCat(
+            names[i], ": ", line.ok() ? *line : line.status().message()));
+        break;
+      }
+      nlohmann::json d = nlohmann::json::parse(line->substr(5));
+      if (!d["ok"].get<bool>()) {
+        failure = absl::ResourceExhaustedError(absl::StrCat(
+            names[i], " ran out of memory in the lake of ",
+            result.capacity_bytes, " bytes: ", d["error"].get<std::string>()));
+        break;
+      }
+      absl::StatusOr<std::pair<uint64_t, uint64_t>> node =
+          NodeBytes(stub.get());
+      if (!node.ok()) {
+        failure = node.status();
+        break;
+      }
+      LakePhase p;
+      p.round = r;
+      p.client = static_cast<int>(i);
+      p.trace = names[i];
+      p.client_reserved_peak = d["reserved_peak"].get<uint64_t>();
+      p.node_bytes = node->first;
+      p.pressure_requests = node->second;
+      p.floor_bytes = phase_floor[phase];
+      p.seconds = d["seconds"].get<double>();
+      process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
+      result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);
+      result.phases.push_back(p);
+    }
+  }
+  for (auto& c : clients) {
+    c->Send("exit").IgnoreError();
+    c->Wait(absl::Seconds(30)).IgnoreError();
+  }
+  if (daemon != nullptr) {
+    daemon->Stop(SIGTERM, absl::Seconds(10)).IgnoreError();
+    ::unlink(socket.c_str());
+    ::unlink((dir + "/fd.sock").c_str());
+    ::rmdir(dir.c_str());
+  }
+  Progress(config.progress, "");
+  if (!failure.ok()) return failure;
+  for (uint64_t p : process_peak) result.sum_of_process_peaks_bytes += p;
+  result.node_peak_over_floor =
+      static_cast<double>(result.node_peak_bytes) / result.floor_bytes;
+  return result;
+}
+
+}  // namespace gmlake

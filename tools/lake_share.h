@@ -1,0 +1,73 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The lake-share benchmark (gmlake-replay --lake): two or more processes
+// replay real traces against one gmlaked, in turns, like a trainer beside an
+// inference engine on one GPU. While one is busy the others sit idle with
+// their caches and whatever their trace left live (weights); when the busy
+// one needs memory the lake has not got, gmlaked asks the idle ones to give
+// back what they cache and do not use.
+//
+// It reports the node's peak physical bytes (chunks gmlaked created) beside
+// the sum of each process's own peak (what separate processes, each with its
+// own cache, would hold) and the floor (the most bytes live across all
+// processes at once).
+
+#ifndef GMLAKE_TOOLS_LAKE_SHARE_H_
+#define GMLAKE_TOOLS_LAKE_SHARE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gmlake {
+
+struct LakeShareConfig {
+  std::vector<std::string> trace_paths;  // one client process each
+  int rounds = 2;                        // each client is busy once a round
+  std::string backend = "host";          // gmlaked's backend
+  // gmlaked's capacity per device; 0: 1.05 x the floor (the GPU that the
+  // processes must share), rounded up to chunks.
+  uint64_t capacity = 0;
+  std::string conf;     // GMLAKE_CONF for the clients' allocators
+  std::string socket;   // an already running gmlaked; empty: start one
+  std::string gmlaked;  // path of gmlaked (empty: beside this binary)
+  std::string self;     // path of this binary, for the clients
+  bool progress = true;
+};
+
+struct LakePhase {
+  int round = 0;
+  int client = 0;
+  std::string trace;
+  uint64_t client_reserved_peak = 0;  // the busy client's own peak
+  uint64_t node_bytes = 0;            // chunks gmlaked holds after it
+  uint64_t floor_bytes = 0;           // most live across processes in it
+  uint64_t pressure_requests = 0;     // sent by gmlaked so far
+  double seconds = 0;
+};
+
+struct LakeShareResult {
+  std::vector<LakePhase> phases;
+  uint64_t capacity_bytes = 0;
+  uint64_t node_peak_bytes = 0;
+  uint64_t sum_of_process_peaks_bytes = 0;
+  uint64_t floor_bytes = 0;
+  double node_peak_over_floor = 0;
+};
+
+// Runs the benchmark: starts gmlaked (unless config.socket names one) and
+// one client process per trace, and drives the phases.
+absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config);
+
+// The client side, in the process started with --lake_client: connects to
+// gmlaked at `socket`, then answers "run" (free what the last run left,
+// replay the trace, keep what it leaves live) and "exit" on stdin, one line
+// of JSON on stdout per run.
+int LakeClientMain(const std::string& socket, const std::string& trace_path,
+                   const std::string& conf);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_TOOLS_LAKE_SHARE_H_
