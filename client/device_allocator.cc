@@ -307,7 +307,8 @@ absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
   return list.back().get();
 }
 
-absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
+absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size,
+                                             int attempt) {
   if (Block* b = TakeFromOtherStream(pool, size)) return b;
 
   // Where to map.
@@ -404,7 +405,12 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     // The policy promised a fit; if the books disagree, keep the pages and
     // look again rather than hand out too little.
     InsertFree(b);
-    return Grow(pool, size);
+    if (attempt > 0) {
+      return absl::InternalError(absl::StrCat(
+          "gmlake: mapped memory for a ", size,
+          "-byte request but the books disagree; please report this"));
+    }
+    return Grow(pool, size, attempt + 1);
   }
   return b;
 }

@@ -98,7 +98,7 @@ class DeviceAllocator {
 
   // The slow path: a free block of at least `size` bytes for `pool`, out of
   // the index.
-  absl::StatusOr<Block*> Grow(Pool* pool, size_t size)
+  absl::StatusOr<Block*> Grow(Pool* pool, size_t size, int attempt = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* TakeFromOtherStream(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

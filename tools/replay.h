@@ -36,6 +36,9 @@ struct ReplayResult {
   int64_t allocated_after_frees = 0;  // after freeing what the trace left
   double ns_per_op_p50 = 0;           // over the second half (time_ops)
   double ns_per_op_p99 = 0;
+  // What the two clock reads around each call cost by themselves (p50);
+  // included in the figures above, as in PyTorch's pytorch_hotpath.py.
+  double timer_ns_p50 = 0;
   double seconds = 0;
 };
 

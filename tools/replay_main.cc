@@ -272,6 +272,7 @@ int Main(int argc, char** argv) {
     out["chunks_stolen"] = r->stats.chunks_stolen;
     out["ns_per_op_p50"] = r->ns_per_op_p50;
     out["ns_per_op_p99"] = r->ns_per_op_p99;
+    out["timer_ns_p50"] = r->timer_ns_p50;
     out["replay_seconds"] = r->seconds;
     if (bisect) {
       ReplayConfig bc = config;
