@@ -28,7 +28,7 @@ extern "C" {
  * started with other options; call gmlake_shutdown first. */
 int gmlake_init(const char* conf);
 /* Frees everything and returns all memory to the lake. Pointers handed out
- * before become invalid. */
+ * before become invalid; no other thread may be inside gmlake meanwhile. */
 void gmlake_shutdown(void);
 
 /* `size` bytes on `device` for use on `stream` (a CUstream; 0: default). */

@@ -2,6 +2,7 @@
 //
 // The C API over one process-wide Allocator.
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,8 @@ namespace {
 struct Global {
   absl::Mutex mu;
   std::unique_ptr<Allocator> allocator;
+  // The allocator for the hot path, read without the lock.
+  std::atomic<Allocator*> ready{nullptr};
   std::string conf;
   std::string description;
 };
@@ -57,6 +60,7 @@ absl::Status InitLocked(Global& g, const char* conf) {
     std::fprintf(stderr, "gmlake: %s\n", g.description.c_str());
   }
   g.allocator = std::make_unique<Allocator>(std::move(lake->source), *options);
+  g.ready.store(g.allocator.get(), std::memory_order_release);
   g.conf = text;
   return absl::OkStatus();
 }
@@ -64,6 +68,7 @@ absl::Status InitLocked(Global& g, const char* conf) {
 // The allocator, initialised from GMLAKE_CONF on first use.
 Allocator* Get() {
   Global& g = G();
+  if (Allocator* a = g.ready.load(std::memory_order_acquire)) return a;
   absl::MutexLock lock(&g.mu);
   if (g.allocator == nullptr) {
     absl::Status s = InitLocked(g, nullptr);
@@ -99,6 +104,7 @@ int gmlake_init(const char* conf) {
 void gmlake_shutdown(void) {
   gmlake::Global& g = gmlake::G();
   absl::MutexLock lock(&g.mu);
+  g.ready.store(nullptr, std::memory_order_release);
   g.allocator.reset();
   g.conf.clear();
   g.description.clear();
