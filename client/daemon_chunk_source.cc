@@ -268,15 +268,18 @@ void DaemonChunkSource::HandlePressure(int device, uint64_t bytes) {
     handler = reclaim_;
   }
   if (device >= 0 && static_cast<size_t>(device) < n_devices) {
+    const uint64_t before = given_back_bytes_.load();
     // Idle chunks first: nobody uses them.
     uint64_t freed = TrimIdle(device, 0, bytes);
     if (freed < bytes && handler) {
       // The allocator returns cached chunks through Return, which may keep
       // them idle (below the watermark): give those back too.
       handler(device, bytes - freed);
-      freed += TrimIdle(device, 0, bytes - freed);
+      TrimIdle(device, 0, bytes - freed);
     }
-    pressure_bytes_returned_.fetch_add(freed);
+    // Counted where chunks go back (also those that the handler's Return
+    // sent straight back, past the watermark).
+    pressure_bytes_returned_.fetch_add(given_back_bytes_.load() - before);
   }
   // The report tells the daemon this request has been answered.
   SendUsage().IgnoreError();
@@ -571,17 +574,18 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
       bytes += d.chunk_size;
     }
   }
-  if (!give.empty()) GiveBack(give);
+  if (!give.empty()) GiveBack(device, give);
   return bytes;
 }
 
 void DaemonChunkSource::GiveBack(
-    absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks) {
+    int device, absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks) {
   // Our handle goes first, so the daemon never leases a chunk on while
   // this process still holds it.
   for (const auto& [h, id] : chunks) {
     backend_->ReleaseChunk(h).IgnoreError();
   }
+  given_back_bytes_.fetch_add(chunks.size() * chunk_size(device));
   if (!Lost().ok()) return;
   v1::ReturnRequest req;
   req.set_session_id(session_id_);

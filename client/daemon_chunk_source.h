@@ -158,8 +158,10 @@ class DaemonChunkSource : public ChunkSource {
   // Releases idle chunks of `device` beyond `keep_bytes`, at most
   // `max_bytes` (0: no maximum), and returns them to the daemon.
   uint64_t TrimIdle(int device, uint64_t keep_bytes, uint64_t max_bytes);
-  // Releases the local handles and tells the daemon (if reachable).
-  void GiveBack(absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks);
+  // Releases the local handles of chunks of `device` and tells the daemon
+  // (if reachable).
+  void GiveBack(int device,
+                absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks);
   absl::Status SendUsage();
   // Records that the daemon is gone (the first reason wins); returns the
   // Unavailable status Acquire reports from then on.
@@ -201,6 +203,8 @@ class DaemonChunkSource : public ChunkSource {
 
   std::atomic<uint64_t> pressure_requests_{0};
   std::atomic<uint64_t> pressure_bytes_returned_{0};
+  // Bytes released locally and given back so far.
+  std::atomic<uint64_t> given_back_bytes_{0};
 };
 
 }  // namespace gmlake

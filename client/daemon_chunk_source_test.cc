@@ -1,0 +1,292 @@
+// Copyright 2026 The GMLake Authors.
+//
+// DaemonChunkSource in this process against a real gmlaked (started with
+// fork+exec by the harness, host backend): real leases, real descriptors,
+// real memory shared with the daemon.
+
+#include "client/daemon_chunk_source.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/fd_passing.h"
+#include "common/vmm.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_harness.h"
+
+namespace gmlake {
+namespace {
+
+using testing::Daemon;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kChunk = 2 << 20;
+
+class DaemonChunkSourceTest : public ::testing::Test {
+ protected:
+  void Start(const std::vector<std::string>& flags) {
+    absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(flags);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+  }
+  std::unique_ptr<DaemonChunkSource> Connect(uint64_t watermark = 0,
+                                             const std::string& name = "t") {
+    DaemonSourceOptions o;
+    o.socket_path = daemon_->socket();
+    o.name = name;
+    o.idle_watermark_bytes = watermark;
+    absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
+        DaemonChunkSource::Connect(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  // Writes `value` over the chunks (or checks that they hold it).
+  static absl::Status Touch(DaemonChunkSource* src,
+                            const std::vector<ChunkHandle>& hs, uint8_t value,
+                            bool check) {
+    VmmBackend* b = src->backend();
+    absl::StatusOr<VirtualRange> r =
+        VirtualRange::Reserve(b, hs.size() * kChunk);
+    if (!r.ok()) return r.status();
+    std::vector<Mapping> maps;
+    const int devs[] = {0};
+    for (size_t i = 0; i < hs.size(); ++i) {
+      absl::StatusOr<Mapping> m =
+          Mapping::Map(b, r->base() + i * kChunk, kChunk, hs[i], devs);
+      if (!m.ok()) return m.status();
+      maps.push_back(*std::move(m));
+    }
+    if (!check) return b->Fill(r->base(), value, hs.size() * kChunk);
+    std::vector<uint8_t> buf(hs.size() * kChunk);
+    absl::Status s = b->CopyToHost(buf.data(), r->base(), buf.size());
+    if (!s.ok()) return s;
+    for (uint8_t v : buf) {
+      if (v != value) return absl::DataLossError("unexpected byte");
+    }
+    return absl::OkStatus();
+  }
+  uint64_t SessionChunks(uint64_t session) {
+    absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+    EXPECT_TRUE(st.ok());
+    for (const auto& s : st->sessions()) {
+      if (s.session_id() == session) return s.leased_chunks();
+    }
+    return ~0ull;
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST(DaemonChunkSourceConnect, NoDaemonIsNotFoundAtOnce) {
+  DaemonSourceOptions o;
+  o.socket_path = "/tmp/gml.none/gmlaked.sock";
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
+      DaemonChunkSource::Connect(o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("gmlaked is not running"));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));
+}
+
+TEST(DaemonChunkSourceConnect, StaleSocketIsUnavailableQuickly) {
+  char dir[] = "/tmp/gml.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = absl::StrCat(dir, "/gmlaked.sock");
+  {
+    absl::StatusOr<UniqueFd> l = ListenUnix(path);
+    ASSERT_TRUE(l.ok());
+  }  // closed: the file stays, nobody listens
+  DaemonSourceOptions o;
+  o.socket_path = path;
+  o.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
+      DaemonChunkSource::Connect(o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.status().message(), HasSubstr("cannot connect to gmlaked"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
+TEST_F(DaemonChunkSourceTest, AcquiredChunksAreTheLakesMemory) {
+  Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> a = Connect();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->name(), "daemon");
+  EXPECT_EQ(a->chunk_size(0), kChunk);
+  EXPECT_EQ(a->capacity_bytes(0), 16 * kChunk / 2);
+  EXPECT_THAT(a->Describe(), HasSubstr(daemon_->socket()));
+  EXPECT_EQ(a->backend()->name(), "host");
+  absl::StatusOr<std::vector<ChunkHandle>> hs = a->Acquire(0, 8);
+  ASSERT_TRUE(hs.ok()) << hs.status();
+  ASSERT_EQ(hs->size(), 8u);
+  EXPECT_EQ(SessionChunks(a->session_id()), 8u);
+  ASSERT_TRUE(Touch(a.get(), *hs, 0x3C, false).ok());
+  a->Return(0, *hs);
+  EXPECT_EQ(SessionChunks(a->session_id()), 0u);
+
+  // Another session of the same uid gets the same memory back (no scrub
+  // within a uid): the bytes went through the daemon's chunks.
+  std::unique_ptr<DaemonChunkSource> b = Connect();
+  hs = b->Acquire(0, 8);
+  ASSERT_TRUE(hs.ok()) << hs.status();
+  EXPECT_TRUE(Touch(b.get(), *hs, 0x3C, true).ok());
+  absl::StatusOr<std::vector<ChunkHandle>> more = b->Acquire(0, 1);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more.status().message(), HasSubstr("no other session holds"));
+  b->Return(0, *hs);
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+}
+
+TEST_F(DaemonChunkSourceTest, IdleWatermarkKeepsChunksForReuse) {
+  Start({"--capacity=32MiB"});
+  std::unique_ptr<DaemonChunkSource> s = Connect(2 * kChunk);
+  absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 5);
+  ASSERT_TRUE(hs.ok());
+  s->Return(0, *hs);
+  EXPECT_EQ(s->held_chunks(0), 0u);
+  EXPECT_EQ(s->idle_chunks(0), 2u);
+  EXPECT_EQ(SessionChunks(s->session_id()), 2u);
+  const uint64_t served = daemon_->Status()->leases_served();
+  // Served from the idle ones: no lease.
+  hs = s->Acquire(0, 2);
+  ASSERT_TRUE(hs.ok());
+  EXPECT_EQ(daemon_->Status()->leases_served(), served);
+  EXPECT_EQ(s->idle_chunks(0), 0u);
+  // Idle ones plus a lease for the rest.
+  s->Return(0, *hs);
+  hs = s->Acquire(0, 3);
+  ASSERT_TRUE(hs.ok());
+  EXPECT_EQ(daemon_->Status()->leases_served(), served + 1);
+  EXPECT_EQ(SessionChunks(s->session_id()), 3u);
+  s->Return(0, *hs);
+  EXPECT_EQ(s->ReleaseIdle(0), 2 * kChunk);
+  EXPECT_EQ(SessionChunks(s->session_id()), 0u);
+  // Handles this source never gave out are ignored.
+  s->Return(0, {ChunkHandle{12345}});
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+}
+
+TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
+  Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> idle = Connect(0, "idle");
+  std::unique_ptr<DaemonChunkSource> busy = Connect(0, "busy");
+  absl::StatusOr<std::vector<ChunkHandle>> held = idle->Acquire(0, 8);
+  ASSERT_TRUE(held.ok());
+  std::vector<ChunkHandle> mine = *held;
+  std::atomic<uint64_t> asked{0};
+  DaemonChunkSource* raw = idle.get();
+  absl::Mutex mu;
+  idle->SetReclaimHandler([&](int device, uint64_t bytes) -> uint64_t {
+    EXPECT_EQ(device, 0);
+    asked += bytes;
+    std::vector<ChunkHandle> give;
+    {
+      absl::MutexLock l(&mu);
+      while (!mine.empty() && give.size() * kChunk < bytes) {
+        give.push_back(mine.back());
+        mine.pop_back();
+      }
+    }
+    raw->Return(0, give);
+    return give.size() * kChunk;
+  });
+  absl::StatusOr<std::vector<ChunkHandle>> got = busy->Acquire(0, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(asked.load(), 3 * kChunk);
+  EXPECT_EQ(idle->pressure_requests(), 1u);
+  EXPECT_EQ(idle->pressure_bytes_returned(), 3 * kChunk);
+  EXPECT_EQ(idle->held_chunks(0), 5u);
+  EXPECT_EQ(SessionChunks(idle->session_id()), 5u);
+  busy->Return(0, *got);
+  {
+    absl::MutexLock l(&mu);
+    idle->Return(0, mine);
+  }
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+}
+
+TEST_F(DaemonChunkSourceTest, SetCapacityLimitsThisProcess) {
+  Start({"--capacity=32MiB"});
+  std::unique_ptr<DaemonChunkSource> s = Connect();
+  ASSERT_TRUE(s->SetCapacity(0, 4 * kChunk).ok());
+  EXPECT_EQ(s->capacity_bytes(0), 4 * kChunk);
+  EXPECT_FALSE(s->SetCapacity(3, 1).ok());
+  absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
+  ASSERT_TRUE(hs.ok());
+  absl::StatusOr<std::vector<ChunkHandle>> more = s->Acquire(0, 2);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more.status().message(), HasSubstr("(SetCapacity)"));
+  EXPECT_EQ(s->Acquire(1, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  s->Return(0, *hs);
+}
+
+TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
+  Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> s = Connect(kChunk);
+  absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
+  ASSERT_TRUE(hs.ok());
+  ASSERT_TRUE(Touch(s.get(), *hs, 0x61, false).ok());
+  s->Return(0, {(*hs)[2]});  // kept idle (watermark: one chunk)
+  hs->pop_back();
+  ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (s->daemon_status().ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(s->daemon_status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s->Describe(), HasSubstr("[gone]"));
+  // Still readable, and the idle chunk still serves one Acquire.
+  EXPECT_TRUE(Touch(s.get(), *hs, 0x61, true).ok());
+  absl::StatusOr<std::vector<ChunkHandle>> one = s->Acquire(0, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<std::vector<ChunkHandle>> more = s->Acquire(0, 1);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(more.status().message(), HasSubstr("is gone"));
+  EXPECT_THAT(more.status().message(),
+              HasSubstr("cannot lease more until it restarts"));
+  s->Return(0, *hs);
+  s->Return(0, *one);
+  EXPECT_FALSE(s->ReportUsage().ok());
+}
+
+TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {
+  Start({"--capacity=16MiB"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.protocol_version = 7;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> bad =
+      DaemonChunkSource::Connect(o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("client speaks protocol 7, gmlaked speaks 1"));
+  std::unique_ptr<DaemonChunkSource> s = Connect();
+  ASSERT_TRUE(s->Acquire(0, 2).ok());
+  s->NoteUsage(0, kChunk, kChunk);
+  ASSERT_TRUE(s->ReportUsage().ok());
+  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  ASSERT_EQ(st->sessions_size(), 1);
+  ASSERT_EQ(st->sessions(0).usage_size(), 1);
+  EXPECT_EQ(st->sessions(0).usage(0).used_bytes(), kChunk);
+  EXPECT_EQ(st->sessions(0).usage(0).cached_bytes(), kChunk);
+  // Destroying the source closes the session at once (chunks it still
+  // held go back with it).
+  s.reset();
+  st = daemon_->Status();
+  EXPECT_EQ(st->sessions_size(), 0);
+  EXPECT_EQ(st->devices(0).leased_chunks(), 0u);
+}
+
+}  // namespace
+}  // namespace gmlake
