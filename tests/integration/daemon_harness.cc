@@ -110,6 +110,39 @@ absl::StatusOr<std::string> ParseAnswer(const std::string& line) {
   return absl::InternalError(absl::StrCat("unexpected answer: ", line));
 }
 
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                         absl::Duration timeout) {
+  char templ[] = "/tmp/gml.out.XXXXXX";
+  const int out_fd = ::mkstemp(templ);
+  if (out_fd < 0) {
+    return absl::InternalError(absl::StrCat("mkstemp: ", std::strerror(errno)));
+  }
+  UniqueFd out(out_fd);
+  const std::string out_path = templ;
+  const std::string err_path = out_path + ".err";
+  absl::StatusOr<pid_t> pid = Spawn(argv, -1, out.get(), err_path);
+  if (!pid.ok()) return pid.status();
+  absl::StatusOr<int> code = WaitExit(*pid, timeout);
+  if (!code.ok()) {
+    ::kill(*pid, SIGKILL);
+    ::waitpid(*pid, nullptr, 0);
+  }
+  CommandResult r;
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  if (!code.ok()) return code.status();
+  r.exit_code = *code;
+  return r;
+}
+
 // --- Daemon ------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(

@@ -98,6 +98,18 @@ class ClientProcess {
   uint64_t session_ = 0;
 };
 
+// What a finished command printed, and how it ended.
+struct CommandResult {
+  int exit_code = -1;  // 128+signal if killed
+  std::string out;
+  std::string err;
+};
+// Runs `argv` (argv[0] a path) to completion, capturing its output; kills
+// it after `timeout`.
+absl::StatusOr<CommandResult> RunCommand(
+    const std::vector<std::string>& argv,
+    absl::Duration timeout = absl::Seconds(20));
+
 // Parses "err CODE message" / "ok rest" lines.
 absl::StatusOr<std::string> ParseAnswer(const std::string& line);
 

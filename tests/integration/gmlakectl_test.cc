@@ -1,0 +1,97 @@
+// Copyright 2026 The GMLake Authors.
+//
+// gmlakectl against a real gmlaked holding a real client's chunks.
+
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_harness.h"
+
+namespace gmlake {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+CommandResult Ctl(const Daemon& d, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {RunfilePath("tools/gmlakectl"),
+                                   "--socket=" + d.socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> r = RunCommand(argv);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : CommandResult{};
+}
+
+TEST(Gmlakectl, StatusClientsTrimInTablesAndJson) {
+  absl::StatusOr<std::unique_ptr<Daemon>> d =
+      Daemon::Start({"--capacity=32MiB", "--uid_quota=20GiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<std::unique_ptr<ClientProcess>> c =
+      ClientProcess::Start((*d)->socket(), {"--name=trainer-rank3"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Command("acquire 0 5").ok());
+  ASSERT_TRUE((*c)->Command("return 0 2").ok());
+
+  CommandResult r = Ctl(**d, {"status"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("backend host"));
+  EXPECT_THAT(r.out, HasSubstr("uid quota 20.00 GiB"));
+  EXPECT_THAT(r.out, HasSubstr("DEVICE"));
+  EXPECT_THAT(r.out, HasSubstr("32.00 MiB"));  // capacity
+  EXPECT_THAT(r.out, HasSubstr("10.00 MiB"));  // created
+  EXPECT_THAT(r.out, HasSubstr("3/2"));        // leased/free chunks
+
+  r = Ctl(**d, {"clients"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("trainer-rank3"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat((*c)->pid())));
+  EXPECT_THAT(r.out, HasSubstr("watching"));
+  EXPECT_THAT(r.out, HasSubstr("0:6.00 MiB"));
+
+  r = Ctl(**d, {"clients", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"name\": \"trainer-rank3\""));
+  EXPECT_THAT(r.out, HasSubstr("\"leased_chunks\": \"3\""));
+  EXPECT_THAT(r.out, Not(HasSubstr("\"devices\"")));
+
+  r = Ctl(**d, {"status", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"free_chunks\": \"2\""));
+  EXPECT_THAT(r.out, HasSubstr("\"scrub_policy\": \"cross-uid\""));
+
+  r = Ctl(**d, {"trim", "--bytes=2MiB"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("released 2.00 MiB (1 chunks)"));
+  r = Ctl(**d, {"trim", "--json"});
+  EXPECT_THAT(r.out, HasSubstr("\"released_chunks\": \"1\""));
+  EXPECT_TRUE((*d)->CheckBooks().ok());
+  absl::StatusOr<v1::StatusResponse> st = (*d)->Status();
+  EXPECT_EQ(st->devices(0).created_chunks(), 3u);
+
+  r = Ctl(**d, {"trim", "--device=7"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("device 7 does not exist"));
+  r = Ctl(**d, {"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command"));
+}
+
+TEST(Gmlakectl, NoDaemonIsAClearError) {
+  absl::StatusOr<CommandResult> r = RunCommand(
+      {RunfilePath("tools/gmlakectl"), "--socket=/tmp/gml.none/gmlaked.sock",
+       "--timeout=1s", "status"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("gmlaked at /tmp/gml.none/gmlaked.sock"));
+  EXPECT_THAT(r->err, HasSubstr("is gmlaked running?"));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace gmlake
