@@ -124,6 +124,9 @@ class VmmBackend {
   // Whether mapped memory is readable through Fill/CopyToHost/CopyFromHost
   // (false for the accounting backend).
   virtual bool has_memory() const { return true; }
+  // Bytes of memory `device` has in all, for settings given as a fraction
+  // of the card (gmlaked --capacity=0.9); 0 when the backend cannot tell.
+  virtual uint64_t device_memory_bytes(int /*device*/) const { return 0; }
 
   // --- Physical chunks -----------------------------------------------------
 
