@@ -187,10 +187,12 @@ absl::Status Run() {
   for (int i = 0; i < devices; ++i) {
     LakeDeviceConfig d;
     d.chunk_size = *chunk != 0 ? *chunk : (*backend)->granularity(i);
-    // The device's memory, for fractions: the emulated size on host; the
-    // VMM interface does not report a GPU's memory (see docs/daemon.md).
-    const uint64_t whole =
-        (*backend)->name() == "host" ? bo.host_capacity_bytes : 0;
+    // The device's memory, for fractions: what the backend reports, else
+    // (host) the emulated size.
+    uint64_t whole = (*backend)->device_memory_bytes(i);
+    if (whole == 0 && (*backend)->name() == "host") {
+      whole = bo.host_capacity_bytes;
+    }
     if ((*caps)[i].is_fraction && whole == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--capacity=", absl::GetFlag(FLAGS_capacity),

@@ -157,10 +157,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   d->socket_ = d->dir_ + "/gmlaked.sock";
   d->fd_socket_ = d->dir_ + "/fd.sock";
   d->log_ = d->dir_ + "/gmlaked.log";
-  std::vector<std::string> argv = {RunfilePath("daemon/gmlaked"),
-                                   "--backend=host", "--socket=" + d->socket_,
-                                   "--fd_socket=" + d->fd_socket_, "--verbose"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
+  // A flagfile goes first, so that the sockets and the rest override it.
+  std::vector<std::string> argv = {RunfilePath("daemon/gmlaked")};
+  for (const std::string& f : flags) {
+    if (f.rfind("--flagfile=", 0) == 0) argv.push_back(f);
+  }
+  for (const std::string& f :
+       {std::string("--backend=host"), "--socket=" + d->socket_,
+        "--fd_socket=" + d->fd_socket_, std::string("--verbose")}) {
+    argv.push_back(f);
+  }
+  for (const std::string& f : flags) {
+    if (f.rfind("--flagfile=", 0) != 0) argv.push_back(f);
+  }
   absl::StatusOr<pid_t> pid = Spawn(argv, -1, -1, d->log_);
   if (!pid.ok()) return pid.status();
   d->pid_ = *pid;

@@ -293,6 +293,41 @@ TEST(DaemonIntegration, VersionMismatchSaysWhichSideToUpgrade) {
   EXPECT_EQ(st->sessions_size(), 1);
 }
 
+TEST(DaemonIntegration, TheSampleFlagfileStartsAndItsSettingsShow) {
+  std::unique_ptr<Daemon> d =
+      StartDaemon({"--flagfile=" + RunfilePath("deploy/gmlaked.flags"),
+                   "--host_capacity=1GiB"});
+  ASSERT_NE(d, nullptr);
+  absl::StatusOr<v1::StatusResponse> st = d->Status();
+  ASSERT_OK(st);
+  EXPECT_EQ(st->scrub_policy(), "cross-uid");
+  // --capacity=0.9 of the 1 GiB emulated device, in whole chunks.
+  EXPECT_EQ(st->devices(0).capacity_bytes(), 460 * kChunk);
+  const std::string log = d->Log();
+  EXPECT_THAT(log, HasSubstr("backend: host backend"));
+  EXPECT_THAT(log, HasSubstr("device 0: capacity 920.00 MiB in chunks of "
+                             "2.00 MiB"));
+  EXPECT_THAT(log, HasSubstr("limits: uid quota none"));
+  EXPECT_THAT(log, HasSubstr("serving: gRPC on unix:" + d->socket()));
+  std::unique_ptr<ClientProcess> c = StartClient(d.get());
+  ASSERT_NE(c, nullptr);
+  ASSERT_OK(c->Command("acquire 0 3"));
+}
+
+TEST(DaemonIntegration, BadFlagsStopTheStartWithAClearMessage) {
+  for (const auto& [flag, words] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--capacity=lots", "--capacity"},
+           {"--scrub=sometimes", "always, cross-uid or never"},
+           {"--uid_quota=12XB", "--uid_quota"},
+           {"--chunk_size=3MiB", "--chunk_size"},
+           {"--backend=accounting", "no memory to share"}}) {
+    absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start({flag});
+    ASSERT_FALSE(d.ok()) << flag;
+    EXPECT_THAT(d.status().message(), HasSubstr(words)) << flag;
+  }
+}
+
 TEST(DaemonIntegration, NoDaemonIsNotFound) {
   absl::StatusOr<std::unique_ptr<ClientProcess>> c =
       ClientProcess::Start("/tmp/gml.nonexistent/gmlaked.sock", {});
