@@ -1114,6 +1114,19 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
     }
     if (!gone.empty()) freed_.SignalAll();  // capacity to create anew
   }
+  // Chunks that held a session's data are zeroed before they go back to
+  // the driver: the daemon may get the same memory again from a later
+  // create, which it treats as fresh (clean).
+  if (options_.scrub != ScrubPolicy::kNever) {
+    std::map<int, std::vector<ChunkHandle>> dirty;
+    for (const auto& c : gone) {
+      if (c->last_uid != kNoUid) dirty[c->device].push_back(c->handle);
+    }
+    for (const auto& [device, handles] : dirty) {
+      absl::Status s = Scrub(device, handles);
+      if (!s.ok()) Logf("trim: zeroing before release: %s", s.ToString());
+    }
+  }
   for (auto& c : gone) {
     absl::Status s = backend_->ReleaseChunk(c->handle);
     if (!s.ok()) Logf("trim: releasing chunk %d: %s", c->id, s.ToString());

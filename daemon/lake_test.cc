@@ -519,6 +519,36 @@ TEST_F(LakeTest, TrimReleasesFreeChunksAndPrecreate) {
   EXPECT_TRUE(lake_->Lease(a.id, a.token, 0, 6).ok());
 }
 
+TEST_F(LakeTest, TrimZeroesChunksThatHeldData) {
+  Make(Options(2));
+  SessionTicket a = Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 1);
+  ASSERT_TRUE(g.ok());
+  const uint64_t chunk = g->chunk_ids[0];
+  Poke(a, chunk, 0xAB);
+  // Keep a view of the chunk's memory past its release.
+  absl::StatusOr<std::vector<UniqueFd>> fds = lake_->DupChunkFds(a.id, {chunk});
+  ASSERT_TRUE(fds.ok());
+  absl::StatusOr<ChunkHandle> h =
+      backend_->ImportChunk((*fds)[0].get(), 0, kChunk);
+  ASSERT_TRUE(h.ok());
+  Chunk view(backend_.get(), *h, 0, kChunk);
+  absl::StatusOr<VirtualRange> r =
+      VirtualRange::Reserve(backend_.get(), kChunk);
+  ASSERT_TRUE(r.ok());
+  const int devs[] = {0};
+  absl::StatusOr<Mapping> m =
+      Mapping::Map(backend_.get(), r->base(), kChunk, *h, devs);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(lake_->Return(a.id, a.token, {chunk}).ok());
+  uint8_t byte = 0;
+  ASSERT_TRUE(backend_->CopyToHost(&byte, r->base() + 100, 1).ok());
+  EXPECT_EQ(byte, 0xAB);
+  EXPECT_EQ(lake_->Trim(-1, 0).second, 1u);
+  ASSERT_TRUE(backend_->CopyToHost(&byte, r->base() + 100, 1).ok());
+  EXPECT_EQ(byte, 0);
+}
+
 TEST_F(LakeTest, BadOptionsAreRefused) {
   backend_ = HostBackendOrDie();
   LakeOptions o = Options(4);
