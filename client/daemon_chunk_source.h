@@ -62,8 +62,9 @@ struct DaemonSourceOptions {
   uint64_t idle_watermark_bytes = 0;
   // How long Connect may take before it gives up.
   absl::Duration connect_timeout = absl::Seconds(2);
-  // Deadline of one Lease call (it may wait for other sessions to return
-  // memory: keep it above gmlaked's --reclaim_timeout).
+  // Deadline of one Lease call, plus 2 ms per chunk asked for (it may wait
+  // for other sessions to return memory: keep it above gmlaked's
+  // --reclaim_timeout; new chunks cost ~0.6 ms each to create and export).
   absl::Duration lease_timeout = absl::Seconds(15);
   // Deadline of other calls.
   absl::Duration rpc_timeout = absl::Seconds(5);
