@@ -64,9 +64,13 @@ std::string Dir(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-// gmlaked's created bytes on device 0 and the pressure requests it sent.
-absl::StatusOr<std::pair<uint64_t, uint64_t>> NodeBytes(
-    gmlake::v1::Lake::Stub* stub) {
+struct NodeView {
+  uint64_t created = 0;   // bytes of chunks gmlaked holds, all devices
+  uint64_t capacity = 0;  // its capacity, all devices
+  uint64_t pressure = 0;  // pressure requests sent so far
+};
+
+absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   gmlake::v1::StatusRequest req;
@@ -76,11 +80,13 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> NodeBytes(
     return absl::UnavailableError(
         absl::StrCat("gmlaked Status: ", s.error_message()));
   }
-  uint64_t created = 0;
+  NodeView v;
   for (const auto& d : resp.devices()) {
-    created += d.created_bytes() + d.creating_bytes();
+    v.created += d.created_bytes() + d.creating_bytes();
+    v.capacity += d.capacity_bytes();
   }
-  return std::make_pair(created, resp.pressure_requests_sent());
+  v.pressure = resp.pressure_requests_sent();
+  return v;
 }
 
 }  // namespace
@@ -154,7 +160,7 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
   return 0;
 }
 
-absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
+absl::StatusOr<LakeShareResult> PlanLakeShare(const LakeShareConfig& config) {
   const size_t n = config.trace_paths.size();
   if (n < 2) {
     return absl::InvalidArgumentError(
@@ -173,7 +179,6 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   }
   LakeShareResult result;
   std::vector<bool> started(n, false);
-  std::vector<uint64_t> phase_floor;
   for (int r = 0; r < config.rounds; ++r) {
     for (size_t i = 0; i < n; ++i) {
       uint64_t f = shapes[i].peak;
@@ -181,7 +186,12 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
         if (j != i && started[j]) f += shapes[j].leftover;
       }
       started[i] = true;
-      phase_floor.push_back(f);
+      LakePhase p;
+      p.round = r;
+      p.client = static_cast<int>(i);
+      p.trace = names[i];
+      p.floor_bytes = f;
+      result.phases.push_back(p);
       result.floor_bytes = std::max(result.floor_bytes, f);
     }
   }
@@ -190,6 +200,20 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       config.capacity != 0
           ? config.capacity
           : static_cast<uint64_t>(result.floor_bytes * 1.05) / kChunk * kChunk;
+  return result;
+}
+
+absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
+  absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
+  if (!plan.ok()) return plan.status();
+  const size_t n = config.trace_paths.size();
+  std::vector<std::string> names;
+  std::vector<uint64_t> phase_floor;
+  for (size_t i = 0; i < n; ++i) names.push_back(plan->phases[i].trace);
+  for (const LakePhase& p : plan->phases) phase_floor.push_back(p.floor_bytes);
+  LakeShareResult result;
+  result.floor_bytes = plan->floor_bytes;
+  result.capacity_bytes = plan->capacity_bytes;
 
   // gmlaked.
   std::unique_ptr<Subprocess> daemon;
@@ -228,13 +252,13 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   auto stub = gmlake::v1::Lake::NewStub(channel);
   Progress(config.progress,
            absl::StrCat("lake: waiting for gmlaked at ", socket));
-  for (int i = 0; i < 500 && !NodeBytes(stub.get()).ok(); ++i) {
+  for (int i = 0; i < 500 && !Node(stub.get()).ok(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  if (absl::StatusOr<std::pair<uint64_t, uint64_t>> nb = NodeBytes(stub.get());
-      !nb.ok()) {
-    return nb.status();
-  }
+  absl::StatusOr<NodeView> start = Node(stub.get());
+  if (!start.ok()) return start.status();
+  // A gmlaked started elsewhere has its own capacity: report that one.
+  if (!config.socket.empty()) result.capacity_bytes = start->capacity;
 
   // The clients.
   std::vector<std::unique_ptr<Subprocess>> clients;
@@ -277,8 +301,7 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
             result.capacity_bytes, " bytes: ", d["error"].get<std::string>()));
         break;
       }
-      absl::StatusOr<std::pair<uint64_t, uint64_t>> node =
-          NodeBytes(stub.get());
+      absl::StatusOr<NodeView> node = Node(stub.get());
       if (!node.ok()) {
         failure = node.status();
         break;
@@ -288,8 +311,8 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       p.client = static_cast<int>(i);
       p.trace = names[i];
       p.client_reserved_peak = d["reserved_peak"].get<uint64_t>();
-      p.node_bytes = node->first;
-      p.pressure_requests = node->second;
+      p.node_bytes = node->created;
+      p.pressure_requests = node->pressure;
       p.floor_bytes = phase_floor[phase];
       p.seconds = d["seconds"].get<double>();
       process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);

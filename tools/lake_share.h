@@ -57,6 +57,10 @@ struct LakeShareResult {
   double node_peak_over_floor = 0;
 };
 
+// The floor and the capacity the benchmark would use, from the traces
+// alone (no processes started): for starting gmlaked separately.
+absl::StatusOr<LakeShareResult> PlanLakeShare(const LakeShareConfig& config);
+
 // Runs the benchmark: starts gmlaked (unless config.socket names one) and
 // one client process per trace, and drives the phases.
 absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config);

@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, lake_socket, "",
 ABSL_FLAG(std::string, gmlaked, "",
           "--lake: path of gmlaked (default: beside this binary, or "
           "../daemon/gmlaked in bazel-bin)");
+ABSL_FLAG(bool, lake_plan, false,
+          "--lake: only print the floor and the capacity it would use, as "
+          "JSON (for starting gmlaked separately)");
 ABSL_FLAG(bool, lake_client, false,
           "internal: run as one client process of --lake");
 
@@ -121,6 +124,18 @@ int LakeMain(const std::vector<std::string>& args) {
       return 2;
     }
     config.capacity = *b;
+  }
+  if (absl::GetFlag(FLAGS_lake_plan)) {
+    absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
+    if (!plan.ok()) {
+      std::cerr << "gmlake-replay --lake_plan: " << plan.status().message()
+                << "\n";
+      return 1;
+    }
+    std::printf("{\"floor_bytes\":%llu,\"capacity_bytes\":%llu}\n",
+                static_cast<unsigned long long>(plan->floor_bytes),
+                static_cast<unsigned long long>(plan->capacity_bytes));
+    return 0;
   }
   absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
   if (!r.ok()) {
