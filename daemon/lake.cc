@@ -238,8 +238,11 @@ void Lake::Shutdown() {
     std::vector<uint64_t> ids;
     for (const auto& [id, s] : sessions_) ids.push_back(id);
     for (uint64_t id : ids) {
-      EndSessionLocked(id, "gmlaked is shutting down", &after);
+      EndSessionLocked(id, "gmlaked is shutting down", EndKind::kShutdown,
+                       &after);
     }
+    for (auto& [id, s] : orphans_) ReleaseSessionChunksLocked(s.get());
+    orphans_.clear();
     freed_.SignalAll();
   }
   after.Run(backend_);
@@ -347,7 +350,8 @@ void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
     if (it == sessions_.end() || it->second->sink.get() != sink) return;
     // The stream is gone: nothing to close.
     it->second->sink.reset();
-    EndSessionLocked(session, "its Watch stream broke", &after);
+    EndSessionLocked(session, "its Watch stream broke", EndKind::kOther,
+                     &after);
   }
   after.Run(backend_);
 }
@@ -383,7 +387,8 @@ absl::StatusOr<uint64_t> Lake::CloseSession(uint64_t session,
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Session*> found = FindLocked(session, token);
     if (!found.ok()) return found.status();
-    bytes = EndSessionLocked(session, "closed by its client", &after);
+    bytes = EndSessionLocked(session, "closed by its client", EndKind::kClosed,
+                             &after);
   }
   after.Run(backend_);
   return bytes;
@@ -394,19 +399,72 @@ uint64_t Lake::EndSession(uint64_t session, absl::string_view reason) {
   uint64_t bytes = 0;
   {
     absl::MutexLock lock(&mu_);
-    bytes = EndSessionLocked(session, reason, &after);
+    bytes = EndSessionLocked(session, reason, EndKind::kOther, &after);
   }
   after.Run(backend_);
   return bytes;
 }
 
 uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
-                                Aftermath* after) {
+                                EndKind kind, Aftermath* after) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return 0;
-  std::unique_ptr<Session> s = std::move(it->second);
+  Session* s = it->second.get();
+  // Leases never claimed were never delivered: they go back whatever
+  // happens to the rest.
+  uint64_t returned = 0;
+  for (auto& [lease, pending] : s->unclaimed) {
+    lease_owner_.erase(lease);
+    for (uint64_t cid : pending.chunk_ids) {
+      auto c = chunks_.find(cid);
+      if (c == chunks_.end() || c->second->session != session ||
+          c->second->state != ChunkState::kLeased) {
+        continue;
+      }
+      returned += devices_[c->second->device].config.chunk_size;
+      FreeChunkLocked(c->second.get(), c->second->last_uid);
+    }
+  }
+  s->unclaimed.clear();
+  std::unique_ptr<Session> owned = std::move(it->second);
   sessions_.erase(it);
-  const int64_t uid = s->bound ? static_cast<int64_t>(s->peer.uid) : kNoUid;
+  ++sessions_ended_;
+  if (s->sink != nullptr) {
+    after->closes.emplace_back(
+        std::move(s->sink),
+        absl::CancelledError(absl::StrCat("session ended: ", reason)));
+  }
+  if (s->on_end) after->hooks.push_back(std::move(s->on_end));
+  freed_.SignalAll();
+  const std::string label =
+      SessionLabel(s->id, s->name, s->bound ? s->peer.pid : s->claimed_pid);
+
+  uint64_t delivered = 0;
+  for (uint64_t id : s->chunks) {
+    if (chunks_.at(id)->state == ChunkState::kLeased) ++delivered;
+  }
+  if (kind == EndKind::kOther && s->bound && delivered > 0 &&
+      ProcessAliveLocked(*s)) {
+    // The process may still have these chunks mapped: leasing them to
+    // another session would share its memory. They wait for its exit.
+    s->ended = true;
+    s->end_reason = std::string(reason);
+    Logf(
+        "%s ended: %s; its %d chunks stay leased until process %d exits "
+        "(it may still use them)",
+        label, reason, delivered, s->peer.pid);
+    orphans_[session] = std::move(owned);
+    return returned;
+  }
+  returned += ReleaseSessionChunksLocked(s);
+  if (returned > 0 || !s->bound || VerboseLog()) {
+    Logf("%s ended: %s; %s back in the lake", label, reason,
+         FormatBytes(returned));
+  }
+  return returned;
+}
+
+uint64_t Lake::ReleaseSessionChunksLocked(Session* s) {
   uint64_t returned = 0;
   // Chunks being scrubbed for a lease in flight stay with that lease, which
   // frees them when it finds the session gone (they are mid-write).
@@ -421,31 +479,37 @@ uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
     c->session = 0;
     returned += d.config.chunk_size;
   }
+  s->chunks.clear();
+  s->leased_chunks_by_device.clear();
   // The whole session's bytes (chunks, and any still being created or
   // scrubbed for it) leave its uid's account.
-  if (uid != kNoUid) {
-    auto u = uid_bytes_.find(uid);
+  if (s->bound) {
+    auto u = uid_bytes_.find(s->peer.uid);
     if (u != uid_bytes_.end()) {
       u->second -= std::min(u->second, s->leased_bytes);
       if (u->second == 0) uid_bytes_.erase(u);
     }
   }
-  for (const auto& [lease, pending] : s->unclaimed) lease_owner_.erase(lease);
-  ++sessions_ended_;
-  const std::string label =
-      SessionLabel(s->id, s->name, s->bound ? s->peer.pid : s->claimed_pid);
-  if (returned > 0 || !s->bound || VerboseLog()) {
-    Logf("%s ended: %s; %s back in the lake", label, reason,
-         FormatBytes(returned));
-  }
-  if (s->sink != nullptr) {
-    after->closes.emplace_back(
-        std::move(s->sink),
-        absl::CancelledError(absl::StrCat("session ended: ", reason)));
-  }
-  if (s->on_end) after->hooks.push_back(std::move(s->on_end));
+  s->leased_bytes = 0;
   freed_.SignalAll();
   return returned;
+}
+
+bool Lake::ProcessAliveLocked(const Session& s) const {
+  if (s.pidfd.valid()) {
+    // A pidfd becomes readable when its process exits.
+    pollfd p{s.pidfd.get(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+  const uint64_t start = ProcessStartTime(s.peer.pid);
+  return start != 0 && start == s.pid_start_time;
+}
+
+Lake::Session* Lake::AnySessionLocked(uint64_t id) const {
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) return it->second.get();
+  auto o = orphans_.find(id);
+  return o == orphans_.end() ? nullptr : o->second.get();
 }
 
 int Lake::CheckLiveness() {
@@ -469,7 +533,7 @@ int Lake::CheckLiveness() {
       if (s->pidfd.valid()) {
         polls.push_back(pollfd{s->pidfd.get(), POLLIN, 0});
         poll_ids.push_back(id);
-      } else if (ProcessStartTime(s->peer.pid) != s->pid_start_time) {
+      } else if (!ProcessAliveLocked(*s)) {
         to_end.emplace_back(id,
                             absl::StrCat("process ", s->peer.pid, " is gone"));
       }
@@ -486,8 +550,23 @@ int Lake::CheckLiveness() {
       }
     }
     for (const auto& [id, why] : to_end) {
-      EndSessionLocked(id, why, &after);
+      // An unbound session has no process to wait for; a bound one here
+      // has none left.
+      EndSessionLocked(id, why, EndKind::kProcessGone, &after);
       ++ended;
+    }
+    // Ended sessions whose process has exited since: their chunks go back.
+    std::vector<uint64_t> done;
+    for (const auto& [id, s] : orphans_) {
+      if (s->chunks.empty() || !ProcessAliveLocked(*s)) done.push_back(id);
+    }
+    for (uint64_t id : done) {
+      std::unique_ptr<Session> s = std::move(orphans_.at(id));
+      orphans_.erase(id);
+      const uint64_t bytes = ReleaseSessionChunksLocked(s.get());
+      Logf("%s: process %d exited; %s of its ended session back in the lake",
+           SessionLabel(id, s->name, s->peer.pid), s->peer.pid,
+           FormatBytes(bytes));
     }
     // Leases nobody claimed: their chunks go back.
     for (auto& [id, s] : sessions_) {
@@ -531,9 +610,7 @@ void Lake::FreeChunkLocked(ChunkRec* c, int64_t last_uid) {
   } else {
     return;  // free already
   }
-  auto it = sessions_.find(c->session);
-  if (it != sessions_.end()) {
-    Session* s = it->second.get();
+  if (Session* s = AnySessionLocked(c->session); s != nullptr) {
     s->chunks.erase(c->id);
     const size_t size = d.config.chunk_size;
     s->leased_bytes -= std::min<uint64_t>(s->leased_bytes, size);
@@ -1171,6 +1248,7 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   }
   std::vector<const Session*> list;
   for (const auto& [id, s] : sessions_) list.push_back(s.get());
+  for (const auto& [id, s] : orphans_) list.push_back(s.get());
   std::sort(list.begin(), list.end(),
             [](const Session* a, const Session* b) { return a->id < b->id; });
   for (const Session* s : list) {
@@ -1185,6 +1263,8 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     ss->set_leased_chunks(s->chunks.size());
     ss->set_leased_bytes(s->leased_bytes);
     ss->set_age_seconds(absl::ToDoubleSeconds(now - s->opened));
+    ss->set_ending(s->ended);
+    ss->set_end_reason(s->end_reason);
     for (const auto& [dev, u] : s->usage) {
       v1::DeviceUsage* du = ss->add_usage();
       du->set_device(dev);

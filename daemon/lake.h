@@ -192,13 +192,17 @@ class Lake {
   // Ends a session at its client's request; returns the bytes it held.
   absl::StatusOr<uint64_t> CloseSession(uint64_t session,
                                         absl::string_view token);
-  // Ends a session for `reason` (logged and sent to its watcher), returning
-  // all its chunks to the lake. Returns the bytes it held; 0 if the session
-  // does not exist.
+  // Ends a session for `reason` (logged and sent to its watcher). If its
+  // process still runs, the chunks it received stay leased (it may still
+  // have them mapped: re-leasing them would hand its memory to another
+  // process) until CheckLiveness sees the process exit; otherwise they go
+  // back to the lake now. Leases never claimed go back in any case.
+  // Returns the bytes back in the lake now; 0 if the session does not exist.
   uint64_t EndSession(uint64_t session, absl::string_view reason);
 
   // Ends sessions whose process is gone and sessions never bound within
-  // bind_timeout, and returns leases not claimed within claim_timeout.
+  // bind_timeout, returns leases not claimed within claim_timeout, and
+  // frees the chunks of ended sessions whose process has exited since.
   // Called periodically (every 200 ms) by the daemon. Returns the number of
   // sessions ended.
   int CheckLiveness();
@@ -278,7 +282,15 @@ class Lake {
       absl::Time granted;
     };
     absl::flat_hash_map<uint64_t, PendingLease> unclaimed;
+    // Ended while its process still ran: kept (in orphans_) with its chunks
+    // leased until the process exits.
+    bool ended = false;
+    std::string end_reason;
   };
+
+  // Why a session ends: only kOther keeps the chunks of a process that
+  // still runs (the client did not say it is done, and is not gone).
+  enum class EndKind { kClosed, kProcessGone, kShutdown, kOther };
 
   struct Device {
     LakeDeviceConfig config;
@@ -309,7 +321,17 @@ class Lake {
                                       absl::string_view token) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t EndSessionLocked(uint64_t session, absl::string_view reason,
-                            Aftermath* after)
+                            EndKind kind, Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the leased chunks of a session already out of sessions_ and takes
+  // its bytes off its uid. Returns the bytes freed.
+  uint64_t ReleaseSessionChunksLocked(Session* s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the session's bound process still runs.
+  bool ProcessAliveLocked(const Session& s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live or ended-but-kept session `id`, or null.
+  Session* AnySessionLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a chunk held by a session (or being scrubbed for it) back to free.
   void FreeChunkLocked(ChunkRec* c, int64_t last_uid)
@@ -351,6 +373,9 @@ class Lake {
   absl::flat_hash_map<uint64_t, std::unique_ptr<ChunkRec>> chunks_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  // Ended sessions whose process still runs, holding their chunks.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> orphans_
       ABSL_GUARDED_BY(mu_);
   // Bytes leased (or pending) per uid, over all devices.
   absl::flat_hash_map<int64_t, uint64_t> uid_bytes_ ABSL_GUARDED_BY(mu_);

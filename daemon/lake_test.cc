@@ -458,6 +458,64 @@ TEST_F(LakeTest, EndingASessionRunsItsHooksAndFreesItsChunks) {
   EXPECT_EQ(b.leased, 0u);
 }
 
+TEST_F(LakeTest, ChunksOfASessionEndedWhileItsProcessRunsWaitForItsExit) {
+  Make(Options(8));
+  // A real process that keeps running until told.
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(go[1]);
+    char c;
+    [[maybe_unused]] ssize_t n = ::read(go[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  absl::StatusOr<SessionTicket> t = lake_->OpenSession(child, "alive");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(
+      lake_->BindSession(t->id, t->token, {child, 1000, 1000}, nullptr).ok());
+  absl::StatusOr<LeaseGrant> claimed = lake_->Lease(t->id, t->token, 0, 3);
+  ASSERT_TRUE(claimed.ok());
+  ASSERT_TRUE(lake_->Claim(t->id, t->token, claimed->lease_id).ok());
+  ASSERT_TRUE(lake_->Lease(t->id, t->token, 0, 2).ok());  // never claimed
+
+  // Its Watch stream broke, say: the process may still map the 3 chunks it
+  // received, so they stay leased; the 2 it never received go back.
+  EXPECT_EQ(lake_->EndSession(t->id, "its Watch stream broke"), 2 * kChunk);
+  v1::StatusResponse st;
+  lake_->FillStatus(&st);
+  ASSERT_EQ(st.sessions_size(), 1);
+  EXPECT_TRUE(st.sessions(0).ending());
+  EXPECT_EQ(st.sessions(0).end_reason(), "its Watch stream broke");
+  EXPECT_EQ(st.sessions(0).leased_chunks(), 3u);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 3u);
+  EXPECT_EQ(b.free, 2u);
+  // The session is gone for its client.
+  EXPECT_EQ(lake_->Lease(t->id, t->token, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(lake_->CheckLiveness(), 0);
+  EXPECT_EQ(GetBooks(*lake_).leased, 3u);
+  // Once the process exits, they go back.
+  ::close(go[1]);
+  int status;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  lake_->CheckLiveness();
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 0u);
+  EXPECT_EQ(b.free, 5u);
+  EXPECT_EQ(b.sessions, 0u);
+
+  // A client that closes its session says it is done: no wait.
+  SessionTicket me = Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(me.id, me.token, 0, 2);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(lake_->Claim(me.id, me.token, g->lease_id).ok());
+  EXPECT_EQ(*lake_->CloseSession(me.id, me.token), 2 * kChunk);
+  EXPECT_EQ(GetBooks(*lake_).leased, 0u);
+}
+
 TEST_F(LakeTest, LivenessEndsDeadProcessesUnboundSessionsAndOldLeases) {
   LakeOptions o = Options(8);
   o.bind_timeout = absl::Milliseconds(50);

@@ -135,7 +135,9 @@ std::string PrintClients(const v1::StatusResponse& st) {
       used += u.used_bytes();
       cached += u.cached_bytes();
     }
-    const std::string state = !s.bound()     ? "unbound"
+    // "ending": ended, its chunks kept until its process exits.
+    const std::string state = s.ending()     ? "ending"
+                              : !s.bound()   ? "unbound"
                               : s.watching() ? "watching"
                                              : "bound";
     rows.push_back(

@@ -565,8 +565,8 @@ TEST_F(Adversarial, ALeaseNeverClaimedComesBackWhenItsClientGoes) {
 }
 
 TEST_F(Adversarial, AClientKilledWhileItsLeaseWaitsLosesNothing) {
-  StartWith({"--capacity=8MiB", "--reclaim_timeout=3s"});
-  // A holder of the whole lake that never answers pressure: its Watch
+  StartWith({"--capacity=10MiB", "--reclaim_timeout=3s"});
+  // A holder of most of the lake that never answers pressure: its Watch
   // stream is open but never read.
   absl::StatusOr<Raw> holder = Open();
   ASSERT_OK(holder);
@@ -609,16 +609,23 @@ TEST_F(Adversarial, AClientKilledWhileItsLeaseWaitsLosesNothing) {
   EXPECT_EQ(st->devices(0).creating_bytes(), 0u);
   ASSERT_TRUE(daemon_->CheckBooks().ok());
 
-  // Breaking the holder's Watch stream ends its session too.
+  // Breaking the holder's Watch stream ends its session too; as its process
+  // (this test) still runs and received its chunks, they stay leased to it
+  // rather than going to someone else while it may still use them.
   watch_ctx.TryCancel();
   watch->Finish().ok();
   st = daemon_->WaitFor(
       [](const v1::StatusResponse& s) {
-        return s.sessions_size() == 0 && s.devices(0).leased_chunks() == 0;
+        return s.sessions_size() == 1 && s.sessions(0).ending();
       },
       absl::Seconds(2));
   ASSERT_OK(st);
-  EXPECT_THAT(daemon_->Log(), HasSubstr("its Watch stream broke"));
+  EXPECT_EQ(st->sessions(0).end_reason(), "its Watch stream broke");
+  EXPECT_EQ(st->devices(0).leased_chunks(), 4u);
+  EXPECT_THAT(daemon_->Log(),
+              HasSubstr("its 4 chunks stay leased until process"));
+  // Its fd connection was closed by the daemon.
+  EXPECT_TRUE(ClosedByPeer(holder->fd.get(), absl::Seconds(1)));
   ExpectHealthy();
 }
 
@@ -661,7 +668,10 @@ TEST_F(Adversarial, ThousandsOfSessions) {
   EXPECT_EQ(st->sessions_size(), n);
   EXPECT_EQ(st->devices(0).leased_chunks(), static_cast<uint64_t>(n / 20));
   ASSERT_TRUE(daemon_->CheckBooks().ok());
-  // They all go away at once.
+  // They all go away at once: those holding chunks say they are done
+  // (otherwise their chunks would wait for this process to exit), the
+  // rest just drop their connections.
+  for (int i = 0; i < n; i += 20) ASSERT_OK(Close(sessions[i]));
   sessions.clear();
   st = daemon_->WaitFor(
       [](const v1::StatusResponse& s) {
