@@ -339,6 +339,22 @@ TEST(DaemonIntegration, BadFlagsStopTheStartWithAClearMessage) {
   }
 }
 
+TEST(DaemonIntegration, ASecondDaemonOnTheSameSocketsRefusesToStart) {
+  std::unique_ptr<Daemon> d = StartDaemon({"--capacity=8MiB"});
+  ASSERT_NE(d, nullptr);
+  absl::StatusOr<CommandResult> r =
+      RunCommand({RunfilePath("daemon/gmlaked"), "--backend=host",
+                  "--socket=" + d->socket(), "--fd_socket=" + d->fd_socket()},
+                 absl::Seconds(10));
+  ASSERT_OK(r);
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("--socket"));
+  // The first one still serves, on sockets the second left alone.
+  std::unique_ptr<ClientProcess> c = StartClient(d.get());
+  ASSERT_NE(c, nullptr);
+  ASSERT_OK(c->Command("acquire 0 1"));
+}
+
 TEST(DaemonIntegration, NoDaemonIsNotFound) {
   absl::StatusOr<std::unique_ptr<ClientProcess>> c =
       ClientProcess::Start("/tmp/gml.nonexistent/gmlaked.sock", {});
