@@ -150,31 +150,41 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
     if (o != other_streams_.end()) {
       // Reuse must wait for the other streams' work queued up to now.
       Pending pending{b, {}};
+      absl::Status recorded;
       for (StreamHandle s : o->second) {
-        EventHandle e = 0;
-        if (!idle_events_.empty()) {
-          e = idle_events_.back();
-          idle_events_.pop_back();
+        absl::StatusOr<EventHandle> e = TakeEvent();
+        if (e.ok()) {
+          recorded = backend_->RecordEvent(*e, s);
+          pending.events.push_back(*e);
         } else {
-          absl::StatusOr<EventHandle> made = backend_->CreateEvent(device_);
-          if (!made.ok()) return made.status();
-          e = *made;
+          recorded = e.status();
         }
-        absl::Status rec = backend_->RecordEvent(e, s);
-        if (!rec.ok()) return rec;
-        pending.events.push_back(e);
+        if (!recorded.ok()) break;
       }
       other_streams_.erase(o);
+      if (!recorded.ok()) {
+        // No event to wait on: wait for every stream now instead, so the
+        // block is never lost nor reused too early.
+        idle_events_.insert(idle_events_.end(), pending.events.begin(),
+                            pending.events.end());
+        absl::Status settled = SettleAll();
+        MakeReusable(b);
+        return settled;
+      }
       b->state = BlockState::kPending;
       pending_.push_back(std::move(pending));
       return absl::OkStatus();
     }
   }
+  MakeReusable(b);
+  return absl::OkStatus();
+}
+
+void DeviceAllocator::MakeReusable(Block* b) {
   stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
   stats_.active.Add(-1);
   stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
   InsertFree(b);
-  return absl::OkStatus();
 }
 
 Block* DeviceAllocator::InsertFree(Block* b) {
@@ -238,28 +248,24 @@ void DeviceAllocator::ProcessPending() {
       continue;
     }
     idle_events_.insert(idle_events_.end(), p.events.begin(), p.events.end());
-    Block* b = p.block;
-    stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
-    stats_.active.Add(-1);
-    stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
-    InsertFree(b);
+    MakeReusable(p.block);
   }
   pending_.resize(kept);
 }
 
+absl::StatusOr<EventHandle> DeviceAllocator::TakeEvent() {
+  if (idle_events_.empty()) return backend_->CreateEvent(device_);
+  const EventHandle e = idle_events_.back();
+  idle_events_.pop_back();
+  return e;
+}
+
 absl::Status DeviceAllocator::Settle(StreamHandle stream) {
-  EventHandle e = 0;
-  if (!idle_events_.empty()) {
-    e = idle_events_.back();
-    idle_events_.pop_back();
-  } else {
-    absl::StatusOr<EventHandle> made = backend_->CreateEvent(device_);
-    if (!made.ok()) return made.status();
-    e = *made;
-  }
-  absl::Status s = backend_->RecordEvent(e, stream);
-  if (s.ok()) s = backend_->SyncEvent(e);
-  idle_events_.push_back(e);
+  absl::StatusOr<EventHandle> e = TakeEvent();
+  if (!e.ok()) return e.status();
+  absl::Status s = backend_->RecordEvent(*e, stream);
+  if (s.ok()) s = backend_->SyncEvent(*e);
+  idle_events_.push_back(*e);
   return s;
 }
 

@@ -89,9 +89,13 @@ class DeviceAllocator {
   // Marks (part of) free block `b`, already out of its index, allocated.
   void Allocate(Block* b, size_t size, size_t requested)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A freed block, no longer in use on any stream, goes back to its pool.
+  void MakeReusable(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a free block back, merging with free neighbours of its pool.
   Block* InsertFree(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ProcessPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An event from the idle list, or a new one.
+  absl::StatusOr<EventHandle> TakeEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until the work queued on `stream` so far has finished.
   absl::Status Settle(StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SettleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
