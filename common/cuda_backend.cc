@@ -74,6 +74,11 @@ class CudaBackend final : public VmmBackend {
     if (device < 0 || device >= device_count()) return 0;
     return devices_[device].granularity;
   }
+  // cuDeviceTotalMem, read once at start.
+  uint64_t device_memory_bytes(int device) const override {
+    if (device < 0 || device >= device_count()) return 0;
+    return devices_[device].total_bytes;
+  }
 
   absl::Status Fill(DevicePtr addr, uint8_t value, size_t size) override;
   absl::Status CopyToHost(void* dst, DevicePtr src, size_t size) override;

@@ -148,6 +148,8 @@ TEST_F(CudaBackendOnGpuTest, ComesUp) {
     const size_t g = backend_->granularity(d);
     EXPECT_GT(g, 0u);
     EXPECT_EQ(g & (g - 1), 0u) << "granularity " << g << " not a power of 2";
+    // What gmlaked's --capacity=0.9 is a fraction of.
+    EXPECT_GT(backend_->device_memory_bytes(d), uint64_t{1} << 30);
   }
   EXPECT_EQ(backend_->granularity(backend_->device_count()), 0u);
   EXPECT_TRUE(absl::StartsWith(backend_->Describe(), "cuda backend: driver "))
