@@ -397,9 +397,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size,
   absl::Status mapped =
       MapPages(backend_, arena, first_page, *chunks, access_devices_);
   if (!mapped.ok()) {
-    for (const SizedChunk& c : *chunks) cached_bytes_ += c.size;
-    cached_.insert(cached_.end(), chunks->begin(), chunks->end());
-    stats_.cached_chunks = static_cast<int64_t>(cached_.size());
+    KeepUnmapped(*chunks);
     return mapped;
   }
   if (stole) {
@@ -447,17 +445,19 @@ absl::StatusOr<std::vector<SizedChunk>> DeviceAllocator::GatherChunks(
     absl::StatusOr<std::vector<SizedChunk>> more =
         source_->AcquireBytes(device_, missing);
     if (!more.ok()) {
-      for (const SizedChunk& c : out) cached_bytes_ += c.size;
-      cached_.insert(cached_.end(), out.begin(), out.end());
-      stats_.cached_chunks = static_cast<int64_t>(cached_.size());
+      KeepUnmapped(out);
       return more.status();
     }
     out.insert(out.end(), more->begin(), more->end());
     stats_.chunks_acquired += static_cast<int64_t>(more->size());
     stats_.reserved_bytes.Add(static_cast<int64_t>(missing));
   }
-  stats_.cached_chunks = static_cast<int64_t>(cached_.size());
   return out;
+}
+
+void DeviceAllocator::KeepUnmapped(absl::Span<const SizedChunk> chunks) {
+  for (const SizedChunk& c : chunks) cached_bytes_ += c.size;
+  cached_.insert(cached_.end(), chunks.begin(), chunks.end());
 }
 
 std::pair<size_t, size_t> DeviceAllocator::WholeChunksIn(const Block* b) const {
@@ -681,7 +681,6 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
     // Whole chunks only: a chunk larger than what is still wanted stays.
     have += StealPages(want - have, nullptr, nullptr, &chunks);
   }
-  stats_.cached_chunks = static_cast<int64_t>(cached_.size());
   const uint64_t returned = uint64_t{have} * page_size_;
   ReturnChunks(&chunks);
   return returned;
@@ -696,6 +695,7 @@ uint64_t DeviceAllocator::EmptyCache() {
 AllocatorStats DeviceAllocator::stats() const {
   absl::MutexLock lock(&mu_);
   AllocatorStats s = stats_;
+  s.cached_chunks = static_cast<int64_t>(cached_.size());
   s.driver_calls = backend_->call_stats();
   return s;
 }

@@ -126,6 +126,9 @@ class DeviceAllocator {
   absl::Status CutPages(Block* f, size_t q0, size_t q1,
                         std::vector<SizedChunk>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds chunks that are not mapped anywhere, for the next slow path.
+  void KeepUnmapped(absl::Span<const SizedChunk> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The run of pages [first, end) of whole chunks inside free block `b`.
   std::pair<size_t, size_t> WholeChunksIn(const Block* b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
