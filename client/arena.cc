@@ -38,18 +38,41 @@ size_t PagesOf(absl::Span<const SizedChunk> chunks, size_t page_size) {
   return pages;
 }
 
-absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                      absl::Span<const SizedChunk> chunks,
-                      absl::Span<const int> devices) {
-  const size_t ps = arena->page_size;
-  size_t page = first_page;
+absl::Status MapChunks(VmmBackend* backend, DevicePtr addr,
+                       absl::Span<const SizedChunk> chunks,
+                       absl::Span<const int> devices) {
+  DevicePtr at = addr;
   size_t mapped = 0;
   absl::Status status;
   for (; mapped < chunks.size(); ++mapped) {
-    const SizedChunk& c = chunks[mapped];
-    const size_t n = c.size / ps;
-    status = backend->Map(arena->PageAddr(page), c.size, c.handle);
+    status = backend->Map(at, chunks[mapped].size, chunks[mapped].handle);
     if (!status.ok()) break;
+    at += chunks[mapped].size;
+  }
+  if (status.ok()) {
+    status = backend->SetAccess(addr, at - addr, devices);
+    if (status.ok()) return status;
+  }
+  UnmapChunks(backend, addr, chunks.subspan(0, mapped)).IgnoreError();
+  return status;
+}
+
+absl::Status UnmapChunks(VmmBackend* backend, DevicePtr addr,
+                         absl::Span<const SizedChunk> chunks) {
+  absl::Status first;
+  for (const SizedChunk& c : chunks) {
+    absl::Status s = backend->Unmap(addr, c.size);
+    if (!s.ok() && first.ok()) first = s;
+    addr += c.size;
+  }
+  return first;
+}
+
+void RecordMapped(Arena* arena, size_t first_page,
+                  absl::Span<const SizedChunk> chunks) {
+  size_t page = first_page;
+  for (const SizedChunk& c : chunks) {
+    const size_t n = c.size / arena->page_size;
     for (size_t p = page; p < page + n; ++p) {
       arena->chunk[p] = c.handle;
       arena->chunk_start[p] = static_cast<uint32_t>(page);
@@ -57,31 +80,15 @@ absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
     arena->chunk_pages[page] = static_cast<uint32_t>(n);
     page += n;
   }
-  if (status.ok()) {
-    status = backend->SetAccess(arena->PageAddr(first_page),
-                                (page - first_page) * ps, devices);
-    if (status.ok()) return status;
-  }
-  page = first_page;
-  for (size_t i = 0; i < mapped; ++i) {
-    backend->Unmap(arena->PageAddr(page), chunks[i].size).IgnoreError();
-    for (size_t p = page; p < page + chunks[i].size / ps; ++p) {
-      arena->chunk[p] = 0;
-    }
-    page += chunks[i].size / ps;
-  }
-  return status;
 }
 
-absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                        size_t end_page, std::vector<SizedChunk>* out) {
-  const size_t ps = arena->page_size;
+std::vector<SizedChunk> ForgetMapped(Arena* arena, size_t first_page,
+                                     size_t end_page) {
+  std::vector<SizedChunk> out;
   size_t page = first_page;
   while (page < end_page) {
     const size_t n = arena->chunk_pages[page];
-    absl::Status s = backend->Unmap(arena->PageAddr(page), n * ps);
-    if (!s.ok()) return s;
-    out->push_back({arena->chunk[page], n * ps});
+    out.push_back({arena->chunk[page], n * arena->page_size});
     for (size_t p = page; p < page + n; ++p) {
       arena->chunk[p] = 0;
       arena->seg[p] = nullptr;
@@ -89,7 +96,7 @@ absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
     arena->chunk_pages[page] = 0;
     page += n;
   }
-  return absl::OkStatus();
+  return out;
 }
 
 }  // namespace gmlake

@@ -33,6 +33,9 @@ struct Arena {
   std::vector<uint32_t> chunk_pages;    // at a chunk's first page: its pages
   std::vector<Segment*> seg;            // null: unmapped
   std::map<size_t, Segment*> segments;  // by first page
+  // Runs of unmapped pages a slow path is mapping into or unmapping from
+  // with the lock down: first page -> pages. Nobody else plans there.
+  std::map<size_t, size_t> in_flight;
 
   // Reserves `bytes` (rounded down to whole pages) of address space.
   static absl::StatusOr<std::unique_ptr<Arena>> Create(VmmBackend* backend,
@@ -43,6 +46,12 @@ struct Arena {
   DevicePtr base() const { return range.base(); }
   DevicePtr PageAddr(size_t page) const { return base() + page * page_size; }
   size_t PageOf(DevicePtr addr) const { return (addr - base()) / page_size; }
+  bool InFlight(size_t page) const {
+    auto it = in_flight.upper_bound(page);
+    if (it == in_flight.begin()) return false;
+    --it;
+    return page < it->first + it->second;
+  }
   bool Contains(DevicePtr addr) const {
     return addr >= base() && addr < base() + num_pages * page_size;
   }
@@ -51,17 +60,27 @@ struct Arena {
 // Pages the chunks cover together.
 size_t PagesOf(absl::Span<const SizedChunk> chunks, size_t page_size);
 
-// Maps `chunks` one after another from `first_page` and gives `devices`
-// access to the run (one SetAccess for the run). All or nothing: on error,
-// what was mapped is unmapped again.
-absl::Status MapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                      absl::Span<const SizedChunk> chunks,
-                      absl::Span<const int> devices);
+// --- Driver calls (no books; callable without the allocator's lock) ---
 
-// Unmaps the whole chunks covering pages [first_page, end_page) (which must
-// start and end on chunk boundaries) and appends them to `out`.
-absl::Status UnmapPages(VmmBackend* backend, Arena* arena, size_t first_page,
-                        size_t end_page, std::vector<SizedChunk>* out);
+// Maps `chunks` one after another from `addr` and gives `devices` access to
+// the run (one SetAccess for the run). All or nothing: on error, what was
+// mapped is unmapped again.
+absl::Status MapChunks(VmmBackend* backend, DevicePtr addr,
+                       absl::Span<const SizedChunk> chunks,
+                       absl::Span<const int> devices);
+// Unmaps `chunks`, mapped one after another from `addr`.
+absl::Status UnmapChunks(VmmBackend* backend, DevicePtr addr,
+                         absl::Span<const SizedChunk> chunks);
+
+// --- Books (no driver calls) ---
+
+// Notes `chunks` as mapped one after another from `first_page`.
+void RecordMapped(Arena* arena, size_t first_page,
+                  absl::Span<const SizedChunk> chunks);
+// Forgets the chunks mapped at [first_page, end_page) (whole chunks) and
+// returns them.
+std::vector<SizedChunk> ForgetMapped(Arena* arena, size_t first_page,
+                                     size_t end_page);
 
 }  // namespace gmlake
 

@@ -43,9 +43,11 @@ DeviceAllocator::~DeviceAllocator() {
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& arena : *arenas) {
       for (auto& [first, seg] : arena->segments) {
-        UnmapPages(backend_, arena.get(), seg->first_page, seg->end_page(),
-                   &chunks)
+        std::vector<SizedChunk> mapped =
+            ForgetMapped(arena.get(), seg->first_page, seg->end_page());
+        UnmapChunks(backend_, arena->PageAddr(seg->first_page), mapped)
             .IgnoreError();
+        chunks.insert(chunks.end(), mapped.begin(), mapped.end());
         delete seg;
       }
     }
@@ -149,31 +151,35 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
     auto o = other_streams_.find(ptr);
     if (o != other_streams_.end()) {
       // Reuse must wait for the other streams' work queued up to now.
-      Pending pending{b, {}};
-      absl::Status recorded;
-      for (StreamHandle s : o->second) {
-        absl::StatusOr<EventHandle> e = TakeEvent();
-        if (e.ok()) {
-          recorded = backend_->RecordEvent(*e, s);
-          pending.events.push_back(*e);
-        } else {
-          recorded = e.status();
-        }
-        if (!recorded.ok()) break;
-      }
+      std::vector<StreamHandle> streams = std::move(o->second);
       other_streams_.erase(o);
-      if (!recorded.ok()) {
-        // No event to wait on: wait for every stream now instead, so the
-        // block is never lost nor reused too early.
-        idle_events_.insert(idle_events_.end(), pending.events.begin(),
-                            pending.events.end());
-        absl::Status settled = SettleAll();
-        MakeReusable(b);
-        return settled;
-      }
       b->state = BlockState::kPending;
-      pending_.push_back(std::move(pending));
-      return absl::OkStatus();
+      Pending pending{b, TakeIdleEvents(streams.size())};
+      mu_.Unlock();
+      absl::Status recorded;
+      for (size_t i = 0; i < streams.size() && recorded.ok(); ++i) {
+        if (i == pending.events.size()) {
+          absl::StatusOr<EventHandle> e = backend_->CreateEvent(device_);
+          if (!e.ok()) {
+            recorded = e.status();
+            break;
+          }
+          pending.events.push_back(*e);
+        }
+        recorded = backend_->RecordEvent(pending.events[i], streams[i]);
+      }
+      mu_.Lock();
+      if (recorded.ok()) {
+        pending_.push_back(std::move(pending));
+        return absl::OkStatus();
+      }
+      // No event to wait on: wait for every stream now instead, so the
+      // block is never lost nor reused too early.
+      idle_events_.insert(idle_events_.end(), pending.events.begin(),
+                          pending.events.end());
+      absl::Status settled = SettleAll();
+      MakeReusable(b);
+      return settled;
     }
   }
   MakeReusable(b);
@@ -232,67 +238,105 @@ absl::Status DeviceAllocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
 }
 
 void DeviceAllocator::ProcessPending() {
-  size_t kept = 0;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Pending& p = pending_[i];
-    bool done = true;
-    for (EventHandle e : p.events) {
+  // Query the events with the lock down: other threads keep allocating.
+  std::vector<Pending> work;
+  work.swap(pending_);
+  std::vector<bool> done(work.size(), true);
+  mu_.Unlock();
+  for (size_t i = 0; i < work.size(); ++i) {
+    for (EventHandle e : work[i].events) {
       absl::StatusOr<bool> q = backend_->QueryEvent(e);
       if (!q.ok() || !*q) {
-        done = false;
+        done[i] = false;
         break;
       }
     }
-    if (!done) {
-      pending_[kept++] = std::move(p);
+  }
+  mu_.Lock();
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (!done[i]) {
+      pending_.push_back(std::move(work[i]));
       continue;
     }
-    idle_events_.insert(idle_events_.end(), p.events.begin(), p.events.end());
-    MakeReusable(p.block);
+    idle_events_.insert(idle_events_.end(), work[i].events.begin(),
+                        work[i].events.end());
+    MakeReusable(work[i].block);
   }
-  pending_.resize(kept);
 }
 
-absl::StatusOr<EventHandle> DeviceAllocator::TakeEvent() {
-  if (idle_events_.empty()) return backend_->CreateEvent(device_);
-  const EventHandle e = idle_events_.back();
-  idle_events_.pop_back();
-  return e;
-}
-
-absl::Status DeviceAllocator::Settle(StreamHandle stream) {
-  absl::StatusOr<EventHandle> e = TakeEvent();
-  if (!e.ok()) return e.status();
-  absl::Status s = backend_->RecordEvent(*e, stream);
-  if (s.ok()) s = backend_->SyncEvent(*e);
-  idle_events_.push_back(*e);
-  return s;
-}
-
-absl::Status DeviceAllocator::SettleAll() {
-  for (auto& p : pools_) {
-    absl::Status s = Settle(p->stream);
-    if (!s.ok()) return s;
+std::vector<EventHandle> DeviceAllocator::TakeIdleEvents(size_t n) {
+  std::vector<EventHandle> events;
+  while (events.size() < n && !idle_events_.empty()) {
+    events.push_back(idle_events_.back());
+    idle_events_.pop_back();
   }
-  for (Pending& p : pending_) {
-    for (EventHandle e : p.events) {
-      absl::Status s = backend_->SyncEvent(e);
-      if (!s.ok()) return s;
+  return events;
+}
+
+absl::Status DeviceAllocator::WaitForStreams(
+    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events) {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (i == events->size()) {
+      absl::StatusOr<EventHandle> e = backend_->CreateEvent(device_);
+      if (!e.ok()) return e.status();
+      events->push_back(*e);
     }
+    absl::Status s = backend_->RecordEvent((*events)[i], streams[i]);
+    if (s.ok()) s = backend_->SyncEvent((*events)[i]);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
+                                     std::vector<EventHandle> also_wait) {
+  std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  mu_.Unlock();
+  absl::Status s = WaitForStreams(streams, &events);
+  for (EventHandle e : also_wait) {
+    if (s.ok()) s = backend_->SyncEvent(e);
+  }
+  mu_.Lock();
+  idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+  return s;
+}
+
+absl::Status DeviceAllocator::SettleAll() {
+  std::vector<StreamHandle> streams;
+  for (auto& p : pools_) {
+    if (std::find(streams.begin(), streams.end(), p->stream) == streams.end()) {
+      streams.push_back(p->stream);
+    }
+  }
+  std::vector<EventHandle> pending_events;
+  for (const Pending& p : pending_) {
+    pending_events.insert(pending_events.end(), p.events.begin(),
+                          p.events.end());
+  }
+  return Settle(std::move(streams), std::move(pending_events));
+}
+
 // --- The slow path ----------------------------------------------------------
+//
+// The slow path makes driver calls (events, unmap, map, set access) and may
+// wait for the lake; it never holds mu_ while it does. It decides under the
+// lock, marks what it will touch (the pages it maps into and the chunks it
+// takes are "in flight", the free blocks it will join are detached), drops
+// the lock for the calls, and takes it again to record the result. Other
+// threads meanwhile allocate and free as usual and plan around what is in
+// flight.
 
 Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
   for (auto& other : pools_) {
     if (other.get() == pool || other->small != pool->small) continue;
     Block* b = other->free.Find(size);
     if (b == nullptr) continue;
-    // The block's last user may still be running on its stream.
-    if (!Settle(other->stream).ok()) continue;
     other->free.Remove(b);
+    // The block's last user may still be running on its stream.
+    if (!Settle({other->stream}).ok()) {
+      InsertFree(b);
+      continue;
+    }
     b->pool = pool;
     ++stats_.cross_stream_reuses;
     // It may now touch free blocks of its new pool: merge with them.
@@ -304,126 +348,183 @@ Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
 }
 
 absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
+  mu_.Unlock();
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(
       backend_, small ? options_.small_arena : options_.large_arena, page_size_,
       small);
+  mu_.Lock();
   if (!arena.ok()) return arena.status();
   auto& list = small ? small_arenas_ : large_arenas_;
   list.push_back(*std::move(arena));
   return list.back().get();
 }
 
-absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size,
-                                             int attempt) {
-  if (Block* b = TakeFromOtherStream(pool, size)) return b;
-
-  // Where to map.
-  Arena* arena = nullptr;
-  size_t first_page = 0;
-  size_t pages = 0;
-  const Block* keep_a = nullptr;
-  const Block* keep_b = nullptr;
+absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
+    Pool* pool, size_t size) {
+  Plan plan;
+  auto usable = [&](Block* b) {
+    return b != nullptr && b->state == BlockState::kFree && b->pool == pool
+               ? b
+               : nullptr;
+  };
   if (pool->small) {
     // One chunk, anywhere: small blocks never span chunks.
-    pages = 1;
+    plan.pages = 1;
     for (auto& a : small_arenas_) {
-      auto it = std::find(a->chunk.begin(), a->chunk.end(), ChunkHandle{0});
-      if (it != a->chunk.end()) {
-        arena = a.get();
-        first_page = it - a->chunk.begin();
-        break;
+      for (size_t p = 0; p < a->num_pages; ++p) {
+        if (a->chunk[p] == 0 && !a->InFlight(p)) {
+          plan.arena = a.get();
+          plan.first_page = p;
+          return plan;
+        }
       }
     }
   } else {
     std::vector<GapView> gaps;
-    std::vector<std::pair<Arena*, std::pair<const Block*, const Block*>>>
-        owners;
+    std::vector<Plan> owners;
     for (auto& a : large_arenas_) {
+      // What is mapped or in flight, in address order; the rest is gap.
+      std::map<size_t, std::pair<size_t, const Segment*>> taken;
+      for (const auto& [first, seg] : a->segments) {
+        taken[first] = {seg->end_page(), seg};
+      }
+      for (const auto& [first, pages] : a->in_flight) {
+        taken[first] = {first + pages, nullptr};
+      }
       size_t cursor = 0;
       const Segment* left = nullptr;
       auto add_gap = [&](size_t end, const Segment* right) {
         if (end <= cursor) return;
-        GapView g{cursor, end - cursor, 0, 0};
-        const Block* lb = left != nullptr ? left->tail : nullptr;
-        const Block* rb = right != nullptr ? right->head : nullptr;
-        if (lb && (lb->state != BlockState::kFree || lb->pool != pool)) {
-          lb = nullptr;
-        }
-        if (rb && (rb->state != BlockState::kFree || rb->pool != pool)) {
-          rb = nullptr;
-        }
-        g.free_before = lb ? lb->size : 0;
-        g.free_after = rb ? rb->size : 0;
-        gaps.push_back(g);
-        owners.push_back({a.get(), {lb, rb}});
+        Plan o;
+        o.arena = a.get();
+        o.keep_a = usable(left != nullptr ? left->tail : nullptr);
+        o.keep_b = usable(right != nullptr ? right->head : nullptr);
+        gaps.push_back(GapView{cursor, end - cursor,
+                               o.keep_a ? o.keep_a->size : 0,
+                               o.keep_b ? o.keep_b->size : 0});
+        owners.push_back(o);
       };
-      for (const auto& [first, seg] : a->segments) {
-        add_gap(first, seg);
-        cursor = seg->end_page();
-        left = seg;
+      for (const auto& [first, run] : taken) {
+        add_gap(first, run.second);
+        cursor = run.first;
+        left = run.second;
       }
       add_gap(a->num_pages, nullptr);
     }
-    std::optional<Placement> placement =
-        ChoosePlacement(gaps, size, page_size_);
-    if (placement) {
-      arena = owners[placement->gap].first;
-      keep_a = owners[placement->gap].second.first;
-      keep_b = owners[placement->gap].second.second;
-      first_page = placement->first_page;
-      pages = placement->pages;
-    } else {
-      pages = (size + page_size_ - 1) / page_size_;
+    if (std::optional<Placement> p = ChoosePlacement(gaps, size, page_size_)) {
+      plan = owners[p->gap];
+      plan.first_page = p->first_page;
+      plan.pages = p->pages;
+      return plan;
     }
+    plan.pages = (size + page_size_ - 1) / page_size_;
   }
-  if (arena == nullptr) {
-    absl::StatusOr<Arena*> made = NewArena(pool->small);
-    if (!made.ok()) return made.status();
-    arena = *made;
-    first_page = 0;
-    if (pages > arena->num_pages) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "a request of ", FormatBytes(size), " exceeds the arena (",
-          FormatBytes(arena->num_pages * page_size_),
-          "): raise large_arena in GMLAKE_CONF"));
-    }
+  // No room in any arena: reserve another.
+  absl::StatusOr<Arena*> made = NewArena(pool->small);
+  if (!made.ok()) return made.status();
+  if (plan.pages > (*made)->num_pages) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a request of ", FormatBytes(size), " exceeds the arena (",
+                     FormatBytes((*made)->num_pages * page_size_),
+                     "): raise large_arena in GMLAKE_CONF"));
   }
-
-  // What to map there.
-  bool stole = false;
-  absl::StatusOr<std::vector<SizedChunk>> chunks =
-      GatherChunks(pages, keep_a, keep_b, &stole);
-  if (!chunks.ok()) return chunks.status();
-  absl::Status mapped =
-      MapPages(backend_, arena, first_page, *chunks, access_devices_);
-  if (!mapped.ok()) {
-    KeepUnmapped(*chunks);
-    return mapped;
-  }
-  if (stole) {
-    ++stats_.stitches;
-    stats_.stitched_bytes += static_cast<int64_t>(pages * page_size_);
-  }
-  Block* b = AdoptPages(arena, first_page, pages, pool);
-  if (b->size < size) {
-    // The policy promised a fit; if the books disagree, keep the pages and
-    // look again rather than hand out too little.
-    InsertFree(b);
-    if (attempt > 0) {
-      return absl::InternalError(absl::StrCat(
-          "gmlake: mapped memory for a ", size,
-          "-byte request but the books disagree; please report this"));
-    }
-    return Grow(pool, size, attempt + 1);
-  }
-  return b;
+  plan.arena = *made;
+  plan.first_page = 0;
+  return plan;
 }
 
-absl::StatusOr<std::vector<SizedChunk>> DeviceAllocator::GatherChunks(
-    size_t pages, const Block* keep_a, const Block* keep_b, bool* stole) {
+absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
+  // Another thread can leave the books other than planned while the lock
+  // is down (it never takes what is in flight); then plan again.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (Block* b = TakeFromOtherStream(pool, size)) return b;
+    absl::StatusOr<Plan> plan = PlanMapping(pool, size);
+    if (!plan.ok()) return plan.status();
+    Arena* arena = plan->arena;
+    arena->in_flight[plan->first_page] = plan->pages;
+    for (Block* keep : {plan->keep_a, plan->keep_b}) {
+      if (keep != nullptr) keep->pool->free.Remove(keep);
+    }
+
+    // Chunks: held unmapped, then whole free chunks of free blocks (the
+    // stitch; unmapped below), then new ones from the lake (below).
+    std::vector<SizedChunk> chunks = TakeCached(plan->pages);
+    size_t have = PagesOf(chunks, page_size_);
+    std::vector<Detached> stolen;
+    std::vector<StreamHandle> streams;
+    if (have < plan->pages && options_.stitch) {
+      have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
+                         &stolen, &streams);
+    }
+    const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
+
+    std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+    mu_.Unlock();
+    // Unmapping does not wait for kernels still touching the memory.
+    absl::Status status = WaitForStreams(streams, &events);
+    for (Detached& d : stolen) {
+      if (status.ok()) {
+        status =
+            UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
+      }
+      if (status.ok()) {
+        d.unmapped = true;
+        chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
+      }
+    }
+    absl::StatusOr<std::vector<SizedChunk>> more;
+    if (status.ok() && missing != 0) {
+      more = source_->AcquireBytes(device_, missing);
+      if (more.ok()) {
+        chunks.insert(chunks.end(), more->begin(), more->end());
+      } else {
+        status = more.status();
+      }
+    }
+    if (status.ok()) {
+      status = MapChunks(backend_, arena->PageAddr(plan->first_page), chunks,
+                         access_devices_);
+    }
+    mu_.Lock();
+
+    idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+    // What came from the cache or from free blocks is no longer in transit:
+    // it is mapped below, or kept unmapped.
+    const uint64_t acquired = (missing != 0 && more.ok()) ? missing : 0;
+    in_transit_bytes_ -= PagesOf(chunks, page_size_) * page_size_ - acquired;
+    if (acquired != 0) {
+      stats_.chunks_acquired += static_cast<int64_t>(more->size());
+      stats_.reserved_bytes.Add(static_cast<int64_t>(acquired));
+    }
+    FinishSteals(&stolen);
+    for (Block* keep : {plan->keep_a, plan->keep_b}) {
+      if (keep != nullptr) InsertFree(keep);
+    }
+    arena->in_flight.erase(plan->first_page);
+    if (!status.ok()) {
+      KeepUnmapped(chunks);
+      return status;
+    }
+    RecordMapped(arena, plan->first_page, chunks);
+    if (!stolen.empty()) {
+      ++stats_.stitches;
+      stats_.stitched_bytes += static_cast<int64_t>(plan->pages * page_size_);
+    }
+    Block* b = AdoptPages(arena, plan->first_page, plan->pages, pool);
+    if (b->size >= size) {
+      pool->free.Remove(b);
+      return b;
+    }
+  }
+  return absl::InternalError(absl::StrCat(
+      "gmlake: mapped memory for a ", size,
+      "-byte request four times and another thread took it each time"));
+}
+
+std::vector<SizedChunk> DeviceAllocator::TakeCached(size_t pages) {
   std::vector<SizedChunk> out;
   size_t have = 0;
-  // Cached chunks that fit what is still missing, largest first.
+  // Those that fit what is still missing, largest first.
   std::sort(
       cached_.begin(), cached_.end(),
       [](const SizedChunk& a, const SizedChunk& b) { return a.size < b.size; });
@@ -432,25 +533,9 @@ absl::StatusOr<std::vector<SizedChunk>> DeviceAllocator::GatherChunks(
     if (n > pages - have) continue;
     out.push_back(cached_[i]);
     cached_bytes_ -= cached_[i].size;
+    in_transit_bytes_ += cached_[i].size;
     cached_.erase(cached_.begin() + i);
     have += n;
-  }
-  if (have < pages && options_.stitch) {
-    const size_t got = StealPages(pages - have, keep_a, keep_b, &out);
-    have += got;
-    *stole = got > 0;
-  }
-  if (have < pages) {
-    const uint64_t missing = uint64_t{pages - have} * page_size_;
-    absl::StatusOr<std::vector<SizedChunk>> more =
-        source_->AcquireBytes(device_, missing);
-    if (!more.ok()) {
-      KeepUnmapped(out);
-      return more.status();
-    }
-    out.insert(out.end(), more->begin(), more->end());
-    stats_.chunks_acquired += static_cast<int64_t>(more->size());
-    stats_.reserved_bytes.Add(static_cast<int64_t>(missing));
   }
   return out;
 }
@@ -475,9 +560,10 @@ std::pair<size_t, size_t> DeviceAllocator::WholeChunksIn(const Block* b) const {
   return {first, end};
 }
 
-size_t DeviceAllocator::StealPages(size_t pages, const Block* keep_a,
+size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
                                    const Block* keep_b,
-                                   std::vector<SizedChunk>* out) {
+                                   std::vector<Detached>* out,
+                                   std::vector<StreamHandle>* streams) {
   std::vector<Block*> candidates;
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
@@ -490,18 +576,11 @@ size_t DeviceAllocator::StealPages(size_t pages, const Block* keep_a,
     });
   }
   size_t got = 0;
-  std::vector<StreamHandle> settled;
   for (size_t i : OrderVictims(views)) {
     if (got >= pages) break;
     Block* b = candidates[i];
-    const StreamHandle stream = b->pool->stream;
-    if (std::find(settled.begin(), settled.end(), stream) == settled.end()) {
-      // Unmapping does not wait for kernels still touching the memory.
-      if (!Settle(stream).ok()) continue;
-      settled.push_back(stream);
-    }
     // Whole chunks from the end of the run that fit what is missing.
-    const Arena* a = b->segment->arena;
+    Arena* a = b->segment->arena;
     const auto [first, end] = WholeChunksIn(b);
     size_t q1 = end, q0 = end;
     while (q0 > first) {
@@ -514,16 +593,40 @@ size_t DeviceAllocator::StealPages(size_t pages, const Block* keep_a,
         break;
       }
     }
-    if (q1 > q0 && CutPages(b, q0, q1, out).ok()) {
-      got += q1 - q0;
-      stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
+    if (q1 <= q0) continue;
+    const StreamHandle stream = b->pool->stream;
+    if (std::find(streams->begin(), streams->end(), stream) == streams->end()) {
+      streams->push_back(stream);
     }
+    Detached d;
+    d.arena = a;
+    d.first_page = q0;
+    d.pool = b->pool;
+    d.chunks = CutPages(b, q0, q1);
+    for (const SizedChunk& c : d.chunks) in_transit_bytes_ += c.size;
+    out->push_back(std::move(d));
+    got += q1 - q0;
+    stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
   }
   return got;
 }
 
-absl::Status DeviceAllocator::CutPages(Block* f, size_t q0, size_t q1,
-                                       std::vector<SizedChunk>* out) {
+void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen) {
+  for (Detached& d : *stolen) {
+    const size_t pages = PagesOf(d.chunks, page_size_);
+    d.arena->in_flight.erase(d.first_page);
+    if (d.unmapped) continue;
+    // Still mapped where it was (its stream or the unmap failed): put the
+    // pages back as free memory of their pool.
+    for (const SizedChunk& c : d.chunks) in_transit_bytes_ -= c.size;
+    RecordMapped(d.arena, d.first_page, d.chunks);
+    AdoptPages(d.arena, d.first_page, pages, d.pool);
+    stats_.chunks_stolen -= static_cast<int64_t>(pages);
+  }
+}
+
+std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
+                                                  size_t q1) {
   Segment* seg = f->segment;
   Arena* a = seg->arena;
   Pool* pool = f->pool;
@@ -532,19 +635,8 @@ absl::Status DeviceAllocator::CutPages(Block* f, size_t q0, size_t q1,
   const DevicePtr cut1 = a->PageAddr(q1);
   const size_t seg_end = seg->end_page();
 
-  const size_t before_unmap = out->size();
-  absl::Status s = UnmapPages(backend_, a, q0, q1, out);
-  if (!s.ok()) {
-    // Put back what was unmapped before the failure; the books stay as
-    // they were.
-    std::vector<SizedChunk> undo(out->begin() + before_unmap, out->end());
-    out->resize(before_unmap);
-    const size_t n = PagesOf(undo, page_size_);
-    if (n != 0 && MapPages(backend_, a, q0, undo, access_devices_).ok()) {
-      for (size_t p = q0; p < q0 + n; ++p) a->seg[p] = seg;
-    }
-    return s;
-  }
+  std::vector<SizedChunk> chunks = ForgetMapped(a, q0, q1);
+  a->in_flight[q0] = pages;
   pool->free.Remove(f);
   stats_.inactive_split_bytes.Add(-static_cast<int64_t>(pages * page_size_));
 
@@ -604,7 +696,7 @@ absl::Status DeviceAllocator::CutPages(Block* f, size_t q0, size_t q1,
   // Neither remainder can merge: f was a maximal free run of its pool.
   if (f != nullptr) pool->free.Insert(f);
   if (right != nullptr) pool->free.Insert(right);
-  return absl::OkStatus();
+  return chunks;
 }
 
 Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
@@ -648,41 +740,44 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
     stats_.segment.Add(-1);
   }
   stats_.inactive_split_bytes.Add(static_cast<int64_t>(pages * page_size_));
-  Block* merged = InsertFree(n);
-  pool->free.Remove(merged);
-  return merged;
+  return InsertFree(n);
 }
 
 // --- Giving memory back -----------------------------------------------------
-
-void DeviceAllocator::ReturnChunks(std::vector<SizedChunk>* chunks) {
-  if (chunks->empty()) return;
-  source_->ReturnSized(device_, *chunks);
-  stats_.chunks_returned += static_cast<int64_t>(chunks->size());
-  stats_.reserved_bytes.Add(
-      -static_cast<int64_t>(PagesOf(*chunks, page_size_) * page_size_));
-  chunks->clear();
-}
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   SettleAll().IgnoreError();
   ProcessPending();
   const size_t want = (bytes + page_size_ - 1) / page_size_;
-  std::vector<SizedChunk> chunks;
-  size_t have = 0;
-  while (have < want && !cached_.empty()) {
-    have += cached_.back().size / page_size_;
-    cached_bytes_ -= cached_.back().size;
-    chunks.push_back(cached_.back());
-    cached_.pop_back();
-  }
+  std::vector<SizedChunk> chunks = TakeCached(want);
+  size_t have = PagesOf(chunks, page_size_);
+  std::vector<Detached> stolen;
+  std::vector<StreamHandle> streams;
   if (have < want) {
     // Whole chunks only: a chunk larger than what is still wanted stays.
-    have += StealPages(want - have, nullptr, nullptr, &chunks);
+    have += StealBooks(want - have, nullptr, nullptr, &stolen, &streams);
   }
-  const uint64_t returned = uint64_t{have} * page_size_;
-  ReturnChunks(&chunks);
+  std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  mu_.Unlock();
+  absl::Status status = WaitForStreams(streams, &events);
+  for (Detached& d : stolen) {
+    if (status.ok()) {
+      status = UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
+    }
+    if (status.ok()) {
+      d.unmapped = true;
+      chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
+    }
+  }
+  if (!chunks.empty()) source_->ReturnSized(device_, chunks);
+  mu_.Lock();
+  idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+  const uint64_t returned = PagesOf(chunks, page_size_) * page_size_;
+  in_transit_bytes_ -= returned;
+  FinishSteals(&stolen);
+  stats_.chunks_returned += static_cast<int64_t>(chunks.size());
+  stats_.reserved_bytes.Add(-static_cast<int64_t>(returned));
   return returned;
 }
 
@@ -805,8 +900,9 @@ absl::Status DeviceAllocator::CheckInvariants() const {
           } else if (b->state == BlockState::kAllocated) {
             allocated += b->size;
             ++live;
-          } else if (b->state != BlockState::kPending) {
-            return absl::InternalError("a detached block in a segment");
+          } else if (b->state == BlockState::kDetached) {
+            // A free block a slow path will join, while its lock is down.
+            free_bytes += b->size;
           }
           expect = b->end();
           last = b;
@@ -840,7 +936,7 @@ absl::Status DeviceAllocator::CheckInvariants() const {
     return absl::InternalError("allocated bytes out of step");
   }
   if (mapped_pages * static_cast<int64_t>(page_size_) +
-          static_cast<int64_t>(cached_bytes_) !=
+          static_cast<int64_t>(cached_bytes_ + in_transit_bytes_) !=
       stats_.reserved_bytes.current) {
     return absl::InternalError(absl::StrCat(
         "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,

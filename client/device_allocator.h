@@ -93,50 +93,82 @@ class DeviceAllocator {
   void MakeReusable(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a free block back, merging with free neighbours of its pool.
   Block* InsertFree(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes blocks whose other-stream events completed reusable. Releases mu_
+  // while querying the events.
   void ProcessPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An event from the idle list, or a new one.
-  absl::StatusOr<EventHandle> TakeEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until the work queued on `stream` so far has finished.
-  absl::Status Settle(StreamHandle stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Up to `n` events from the idle list.
+  std::vector<EventHandle> TakeIdleEvents(size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an event on each stream and waits for it; creates events when
+  // `events` has too few. Called without mu_.
+  absl::Status WaitForStreams(absl::Span<const StreamHandle> streams,
+                              std::vector<EventHandle>* events);
+  // Waits until the work queued on `streams` so far has finished, and for
+  // `also_wait`. Releases mu_ while it waits.
+  absl::Status Settle(std::vector<StreamHandle> streams,
+                      std::vector<EventHandle> also_wait = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settle for every stream this device has seen and every pending free.
   absl::Status SettleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // The slow path: a free block of at least `size` bytes for `pool`, out of
-  // the index.
-  absl::StatusOr<Block*> Grow(Pool* pool, size_t size, int attempt = 0)
+  // --- The slow path (device_allocator.cc explains the locking) ---
+
+  // Where to map chunks for a request: a gap of an arena and the free
+  // blocks of the pool on either side that the mapping will join.
+  struct Plan {
+    Arena* arena = nullptr;
+    size_t first_page = 0;
+    size_t pages = 0;
+    Block* keep_a = nullptr;  // free tail of the segment on the left
+    Block* keep_b = nullptr;  // free head of the segment on the right
+  };
+  // Chunks taken out of a free block, unmapped with the lock down.
+  struct Detached {
+    Arena* arena = nullptr;
+    size_t first_page = 0;
+    Pool* pool = nullptr;
+    std::vector<SizedChunk> chunks;
+    bool unmapped = false;
+  };
+
+  // A free block of at least `size` bytes for `pool`, out of the index.
+  absl::StatusOr<Block*> Grow(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* TakeFromOtherStream(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves another arena (with mu_ released).
   absl::StatusOr<Arena*> NewArena(bool small)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gathers chunks covering exactly `pages` pages: cached ones, then whole
-  // chunks inside free blocks (not `keep_a` or `keep_b`), then new ones
-  // from the source. On failure what was gathered stays cached.
-  absl::StatusOr<std::vector<SizedChunk>> GatherChunks(size_t pages,
-                                                       const Block* keep_a,
-                                                       const Block* keep_b,
-                                                       bool* stole)
+  absl::StatusOr<Plan> PlanMapping(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps whole chunks lying inside free blocks, smallest block first,
-  // covering up to `pages` pages; appends them to `out`. Returns the pages.
-  size_t StealPages(size_t pages, const Block* keep_a, const Block* keep_b,
-                    std::vector<SizedChunk>* out)
+  // Cached chunks covering at most `pages` pages, largest first.
+  std::vector<SizedChunk> TakeCached(size_t pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps pages [q0, q1) of free block `f` (whole chunks) and splits its
-  // segment around them.
-  absl::Status CutPages(Block* f, size_t q0, size_t q1,
-                        std::vector<SizedChunk>* out)
+  // Takes whole chunks out of free blocks (not `keep_a` or `keep_b`),
+  // smallest block first, covering up to `pages` pages: in the books only;
+  // the caller unmaps them after waiting for `streams`. Returns the pages.
+  size_t StealBooks(size_t pages, const Block* keep_a, const Block* keep_b,
+                    std::vector<Detached>* out,
+                    std::vector<StreamHandle>* streams)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Holds chunks that are not mapped anywhere, for the next slow path.
-  void KeepUnmapped(absl::Span<const SizedChunk> chunks)
+  // After the unmapping: ends the steals; those not unmapped go back where
+  // they were, as free memory.
+  void FinishSteals(std::vector<Detached>* stolen)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes pages [q0, q1) of free block `f` (whole chunks) out of the books,
+  // splitting its segment around them, and marks them in flight.
+  std::vector<SizedChunk> CutPages(Block* f, size_t q0, size_t q1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The run of pages [first, end) of whole chunks inside free block `b`.
   std::pair<size_t, size_t> WholeChunksIn(const Block* b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After MapPages: a free block over the new pages, joined to the segments
-  // on either side (unless `arena` is small), merged and out of the index.
-  Block* AdoptPages(Arena* arena, size_t first_page, size_t pages, Pool* pool)
+  // Holds chunks that are not mapped anywhere, for the next slow path.
+  void KeepUnmapped(absl::Span<const SizedChunk> chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReturnChunks(std::vector<SizedChunk>* chunks)
+  // After RecordMapped: a free block over the new pages, joined to the
+  // segments on either side (unless `arena` is small) and merged, in the
+  // index.
+  Block* AdoptPages(Arena* arena, size_t first_page, size_t pages, Pool* pool)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string OutOfMemoryMessage(size_t size, StreamHandle stream,
                                  const absl::Status& cause) const
@@ -166,6 +198,9 @@ class DeviceAllocator {
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
   std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Held chunks on their way between mapped and cached/returned while a
+  // slow path has the lock down.
+  uint64_t in_transit_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   ObjectPool<Block> blocks_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
 };
