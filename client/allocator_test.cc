@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "client/embedded_lake.h"
 #include "common/host_backend.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 
 namespace gmlake {
@@ -282,7 +283,7 @@ namespace {
 TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
   Make(160 * kChunk);
   host_->set_event_delay(absl::Microseconds(200));
-  absl::Mutex mu;
+  Mutex mu;
   std::map<DevicePtr, size_t> all_live;  // guarded by mu
   std::atomic<int> failures{0};
   std::atomic<bool> stop{false};
@@ -300,7 +301,7 @@ TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
           continue;
         }
         {
-          absl::MutexLock lock(&mu);
+          MutexLock lock(&mu);
           auto next = all_live.lower_bound(*p);
           if (next != all_live.end() && *p + size > next->first) ++failures;
           if (next != all_live.begin() &&
@@ -321,7 +322,7 @@ TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
           ++failures;
         }
         {
-          absl::MutexLock lock(&mu);
+          MutexLock lock(&mu);
           all_live.erase(ptr);
         }
         if (!allocator_->Free(ptr).ok()) ++failures;
@@ -331,7 +332,7 @@ TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
     }
     for (auto& [ptr, size, tag] : mine) {
       {
-        absl::MutexLock lock(&mu);
+        MutexLock lock(&mu);
         all_live.erase(ptr);
       }
       if (!allocator_->Free(ptr).ok()) ++failures;

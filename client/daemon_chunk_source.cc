@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/bytes.h"
 #include "common/fd_passing.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
 #include "proto/protocol.h"
@@ -150,7 +151,7 @@ absl::Status DaemonChunkSource::Open() {
     max_capacity = std::max<uint64_t>(max_capacity, d.capacity_bytes());
   }
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     devices_ = std::move(devices);
   }
   if (options_.backend != nullptr) {
@@ -210,7 +211,7 @@ absl::Status DaemonChunkSource::Bind() {
                         absl::StrCat("gmlaked refused to bind the session: ",
                                      reply->message()));
   }
-  absl::MutexLock l(&fd_mu_);
+  MutexLock l(&fd_mu_);
   fd_sock_ = *std::move(sock);
   return absl::OkStatus();
 }
@@ -247,7 +248,7 @@ void DaemonChunkSource::WatchLoop() {
   const absl::Status s = FromGrpc(reader->Finish());
   bool closing;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     closing = closing_;
   }
   if (!closing) {
@@ -263,7 +264,7 @@ void DaemonChunkSource::HandlePressure(int device, uint64_t bytes) {
   size_t n_devices;
   ReclaimHandler handler;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     n_devices = devices_.size();
     handler = reclaim_;
   }
@@ -286,20 +287,20 @@ void DaemonChunkSource::HandlePressure(int device, uint64_t bytes) {
 }
 
 size_t DaemonChunkSource::chunk_size(int device) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
   return devices_[device].chunk_size;
 }
 
 uint64_t DaemonChunkSource::capacity_bytes(int device) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
   const DeviceState& d = devices_[device];
   return d.limit != 0 ? d.limit : d.lake_capacity;
 }
 
 absl::Status DaemonChunkSource::SetCapacity(int device, uint64_t bytes) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("device %d: gmlaked serves devices 0..%d", device,
@@ -310,13 +311,13 @@ absl::Status DaemonChunkSource::SetCapacity(int device, uint64_t bytes) {
 }
 
 void DaemonChunkSource::SetReclaimHandler(ReclaimHandler handler) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   reclaim_ = std::move(handler);
 }
 
 void DaemonChunkSource::NoteUsage(int device, uint64_t used_bytes,
                                   uint64_t cached_bytes) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return;
   DeviceState& d = devices_[device];
   d.noted = true;
@@ -349,7 +350,7 @@ absl::Status DaemonChunkSource::SendUsage() {
   req.set_session_id(session_id_);
   req.set_token(token_);
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (const UsageFigures& u : UsageLocked()) {
       v1::DeviceUsage* du = req.add_usage();
       du->set_device(u.device);
@@ -372,7 +373,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     int device, size_t count) {
   std::vector<std::pair<ChunkHandle, uint64_t>> got;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("device %d: gmlaked at %s serves devices 0..%d",
@@ -397,7 +398,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     if (s.ok()) s = LeaseAndImport(device, count - got.size(), &got);
     if (!s.ok()) {
       // All or nothing: the idle chunks taken stay idle.
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       DeviceState& d = devices_[device];
       d.idle.insert(d.idle.end(), got.begin(), got.end());
       return s;
@@ -405,7 +406,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
   }
   std::vector<ChunkHandle> handles;
   handles.reserve(got.size());
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   DeviceState& d = devices_[device];
   for (const auto& [h, id] : got) {
     d.held[h] = id;
@@ -424,7 +425,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   req.set_chunk_count(count);
   size_t chunk;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     chunk = devices_[device].chunk_size;
     for (const UsageFigures& u : UsageLocked()) {
       v1::DeviceUsage* du = req.add_usage();
@@ -458,7 +459,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   absl::Status failure;
   bool socket_broken = false;
   {
-    absl::MutexLock l(&fd_mu_);
+    MutexLock l(&fd_mu_);
     v1::FdRequest claim;
     claim.set_session_id(session_id_);
     claim.set_token(token_);
@@ -542,7 +543,7 @@ void DaemonChunkSource::Return(int device,
                                absl::Span<const ChunkHandle> chunks) {
   uint64_t keep;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return;
     DeviceState& d = devices_[device];
     for (ChunkHandle h : chunks) {
@@ -565,7 +566,7 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
   std::vector<std::pair<ChunkHandle, uint64_t>> give;
   uint64_t bytes = 0;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
       return 0;
     }
@@ -595,7 +596,7 @@ void DaemonChunkSource::GiveBack(
   req.set_token(token_);
   for (const auto& [h, id] : chunks) req.add_chunk_ids(id);
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (const UsageFigures& u : UsageLocked()) {
       v1::DeviceUsage* du = req.add_usage();
       du->set_device(u.device);
@@ -614,7 +615,7 @@ void DaemonChunkSource::GiveBack(
 }
 
 absl::Status DaemonChunkSource::MarkLost(const absl::Status& why) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (lost_.ok()) {
     size_t held = 0;
     for (const DeviceState& d : devices_) held += d.held.size() + d.idle.size();
@@ -627,26 +628,26 @@ absl::Status DaemonChunkSource::MarkLost(const absl::Status& why) {
 }
 
 absl::Status DaemonChunkSource::Lost() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return lost_;
 }
 
 absl::Status DaemonChunkSource::daemon_status() const { return Lost(); }
 
 size_t DaemonChunkSource::held_chunks(int device) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
   return devices_[device].held.size();
 }
 
 size_t DaemonChunkSource::idle_chunks(int device) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
   return devices_[device].idle.size();
 }
 
 std::string DaemonChunkSource::Describe() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::vector<std::string> devs;
   for (size_t i = 0; i < devices_.size(); ++i) {
     devs.push_back(absl::StrFormat("device %d: %s chunks, %s capacity", i,
@@ -662,7 +663,7 @@ std::string DaemonChunkSource::Describe() const {
 DaemonChunkSource::~DaemonChunkSource() {
   size_t held = 0;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     closing_ = true;
     for (const DeviceState& d : devices_) held += d.held.size();
   }
@@ -687,10 +688,10 @@ DaemonChunkSource::~DaemonChunkSource() {
     watch_thread_.join();
   }
   {
-    absl::MutexLock l(&fd_mu_);
+    MutexLock l(&fd_mu_);
     fd_sock_.Reset();
   }
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (backend_ != nullptr) {
     for (DeviceState& d : devices_) {
       for (const auto& [h, id] : d.idle)

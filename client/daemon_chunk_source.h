@@ -41,6 +41,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/chunk_source.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 
@@ -190,17 +191,17 @@ class DaemonChunkSource : public ChunkSource {
   std::string daemon_description_;
 
   // The fd socket; one claim at a time.
-  absl::Mutex fd_mu_;
+  Mutex fd_mu_;
   UniqueFd fd_sock_ ABSL_GUARDED_BY(fd_mu_);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   ReclaimHandler reclaim_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread watch_thread_;
-  absl::Notification watching_;
+  Notification watching_;
 
   std::atomic<uint64_t> pressure_requests_{0};
   std::atomic<uint64_t> pressure_bytes_returned_{0};

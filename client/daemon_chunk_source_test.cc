@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
+#include "common/mutex.h"
 #include "common/vmm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -186,13 +187,13 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   std::vector<ChunkHandle> mine = *held;
   std::atomic<uint64_t> asked{0};
   DaemonChunkSource* raw = idle.get();
-  absl::Mutex mu;
+  Mutex mu;
   idle->SetReclaimHandler([&](int device, uint64_t bytes) -> uint64_t {
     EXPECT_EQ(device, 0);
     asked += bytes;
     std::vector<ChunkHandle> give;
     {
-      absl::MutexLock l(&mu);
+      MutexLock l(&mu);
       while (!mine.empty() && give.size() * kChunk < bytes) {
         give.push_back(mine.back());
         mine.pop_back();
@@ -210,7 +211,7 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   EXPECT_EQ(SessionChunks(idle->session_id()), 5u);
   busy->Return(0, *got);
   {
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     idle->Return(0, mine);
   }
   EXPECT_TRUE(daemon_->CheckBooks().ok());

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/stitch_policy.h"
 #include "common/bytes.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 namespace {
@@ -37,7 +38,7 @@ DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
       access_devices_(AllDevices(source->backend())) {}
 
 DeviceAllocator::~DeviceAllocator() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SettleAll().IgnoreError();
   std::vector<SizedChunk> chunks = std::move(cached_);
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
@@ -74,7 +75,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
                                                   StreamHandle stream) {
   if (size == 0) return DevicePtr{0};
   const size_t rounded = RoundUp(size, kRound);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!pending_.empty()) ProcessPending();
   Pool* pool = GetPool(stream, rounded <= options_.small_size);
   Block* b = pool->free.Find(rounded);
@@ -133,7 +134,7 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
 }
 
 absl::Status DeviceAllocator::Free(DevicePtr ptr) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::NotFoundError(absl::StrFormat(
@@ -222,7 +223,7 @@ Block* DeviceAllocator::InsertFree(Block* b) {
 }
 
 absl::Status DeviceAllocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
     return absl::NotFoundError(absl::StrFormat(
@@ -746,7 +747,7 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
 // --- Giving memory back -----------------------------------------------------
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SettleAll().IgnoreError();
   ProcessPending();
   const size_t want = (bytes + page_size_ - 1) / page_size_;
@@ -788,7 +789,7 @@ uint64_t DeviceAllocator::EmptyCache() {
 // --- Reporting --------------------------------------------------------------
 
 AllocatorStats DeviceAllocator::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   AllocatorStats s = stats_;
   s.cached_chunks = static_cast<int64_t>(cached_.size());
   s.driver_calls = backend_->call_stats();
@@ -796,7 +797,7 @@ AllocatorStats DeviceAllocator::stats() const {
 }
 
 void DeviceAllocator::ResetPeaks() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   stats_.ResetPeaks();
 }
 
@@ -820,7 +821,7 @@ std::string DeviceAllocator::OutOfMemoryMessage(
 }
 
 std::string DeviceAllocator::SegmentsJson() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::string out = "[";
   bool first_seg = true;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
@@ -861,7 +862,7 @@ std::string DeviceAllocator::SegmentsJson() const {
 }
 
 absl::Status DeviceAllocator::CheckInvariants() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   int64_t allocated = 0, free_bytes = 0, mapped_pages = 0, live = 0;
   size_t free_blocks = 0;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {

@@ -38,6 +38,7 @@
 #include "client/free_index.h"
 #include "client/options.h"
 #include "client/stats.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 
@@ -181,7 +182,7 @@ class DeviceAllocator {
   const size_t page_size_;
   const std::vector<int> access_devices_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<Arena>> large_arenas_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Arena>> small_arenas_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Pool>> pools_ ABSL_GUARDED_BY(mu_);

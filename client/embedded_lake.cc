@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 
@@ -15,7 +16,7 @@ EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
     : backend_(backend),
       chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
       max_chunk_(max_chunk != 0 ? max_chunk : chunk_size_) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
 
@@ -28,7 +29,7 @@ EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
 EmbeddedLake::~EmbeddedLake() { Trim(); }
 
 std::string EmbeddedLake::Describe() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::string caps;
   for (size_t d = 0; d < devices_.size(); ++d) {
     absl::StrAppend(&caps, d ? ", " : "", "device ", d, " ",
@@ -46,7 +47,7 @@ EmbeddedLake::DeviceBooks& EmbeddedLake::Books(int device) {
 
 absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
     int device, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (device < 0 || device >= static_cast<int>(devices_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedded lake: no device ", device, " (", devices_.size(),
@@ -101,7 +102,7 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
 
 void EmbeddedLake::ReturnSized(int device,
                                absl::Span<const SizedChunk> chunks) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   DeviceBooks& books = Books(device);
   for (const SizedChunk& c : chunks) {
     books.idle.push_back(c);
@@ -134,12 +135,12 @@ void EmbeddedLake::Return(int device, absl::Span<const ChunkHandle> chunks) {
 }
 
 uint64_t EmbeddedLake::capacity_bytes(int device) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return devices_[device].capacity;
 }
 
 absl::Status EmbeddedLake::SetCapacity(int device, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (device < 0 || device >= static_cast<int>(devices_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("embedded lake: no device ", device));
@@ -149,7 +150,7 @@ absl::Status EmbeddedLake::SetCapacity(int device, uint64_t bytes) {
 }
 
 uint64_t EmbeddedLake::Trim() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   uint64_t released = 0;
   for (DeviceBooks& books : devices_) {
     for (const SizedChunk& c : books.idle) {
@@ -161,7 +162,7 @@ uint64_t EmbeddedLake::Trim() {
 }
 
 uint64_t EmbeddedLake::held_bytes(int device) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return devices_[device].held;
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/chunk_source.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 
@@ -65,7 +66,7 @@ class EmbeddedLake : public ChunkSource {
   VmmBackend* backend_;
   size_t chunk_size_;
   uint64_t max_chunk_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<DeviceBooks> devices_ ABSL_GUARDED_BY(mu_);
 };
 

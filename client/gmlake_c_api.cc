@@ -15,12 +15,13 @@
 #include "client/gmlake.h"
 #include "client/lake.h"
 #include "client/options.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 namespace {
 
 struct Global {
-  absl::Mutex mu;
+  Mutex mu;
   std::unique_ptr<Allocator> allocator;
   // The allocator for the hot path, read without the lock.
   std::atomic<Allocator*> ready{nullptr};
@@ -69,7 +70,7 @@ absl::Status InitLocked(Global& g, const char* conf) {
 Allocator* Get() {
   Global& g = G();
   if (Allocator* a = g.ready.load(std::memory_order_acquire)) return a;
-  absl::MutexLock lock(&g.mu);
+  gmlake::MutexLock lock(&g.mu);
   if (g.allocator == nullptr) {
     absl::Status s = InitLocked(g, nullptr);
     if (!s.ok()) {
@@ -96,14 +97,14 @@ extern "C" {
 
 int gmlake_init(const char* conf) {
   gmlake::Global& g = gmlake::G();
-  absl::MutexLock lock(&g.mu);
+  gmlake::MutexLock lock(&g.mu);
   absl::Status s = gmlake::InitLocked(g, conf);
   return s.ok() ? 0 : Fail(s);
 }
 
 void gmlake_shutdown(void) {
   gmlake::Global& g = gmlake::G();
-  absl::MutexLock lock(&g.mu);
+  gmlake::MutexLock lock(&g.mu);
   g.ready.store(nullptr, std::memory_order_release);
   g.allocator.reset();
   g.conf.clear();
@@ -168,7 +169,7 @@ const char* gmlake_last_error(void) { return gmlake::last_error.c_str(); }
 
 const char* gmlake_describe(void) {
   gmlake::Global& g = gmlake::G();
-  absl::MutexLock lock(&g.mu);
+  gmlake::MutexLock lock(&g.mu);
   return g.allocator == nullptr ? nullptr : g.description.c_str();
 }
 

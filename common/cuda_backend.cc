@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cuda_driver.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 namespace {
@@ -151,7 +152,7 @@ class CudaBackend final : public VmmBackend {
   size_t max_granularity_ = 0;   // the unit of virtual ranges
   size_t min_granularity_ = 0;   // what Unmap/SetAccess ranges align to
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Keyed by our own handle numbers, not the driver's: an import of a chunk
   // this process also holds may give back a driver handle value we already
   // have, and each ChunkHandle must be released on its own.
@@ -252,7 +253,7 @@ CudaBackend::~CudaBackend() {
   // reported from here, and the primary contexts' release below frees
   // anything left once no other user holds them.
   if (!devices_.empty()) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (const auto& [addr, m] : mappings_) {
       if (MakeCurrent(m.device).ok()) driver_.cuMemUnmap(addr, m.size);
     }
@@ -406,7 +407,7 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoCreateChunk(int device,
     return Error(
         r, absl::StrCat("cuMemCreate(device=", device, ", size=", size, ")"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const ChunkHandle id = next_chunk_++;
   chunks_[id] = ChunkInfo{handle, device, size};
   return id;
@@ -415,7 +416,7 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoCreateChunk(int device,
 absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
   ChunkInfo info;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -428,7 +429,7 @@ absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
   }
   if (absl::Status s = MakeCurrent(info.device); !s.ok()) return s;
   if (CUresult r = driver_.cuMemRelease(info.cu); r != CUDA_SUCCESS) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     chunks_[chunk] = info;  // still ours: the caller may try again
     return Error(r, absl::StrCat("cuMemRelease(handle=", Hex(info.cu), ")"));
   }
@@ -438,7 +439,7 @@ absl::Status CudaBackend::DoReleaseChunk(ChunkHandle chunk) {
 absl::StatusOr<UniqueFd> CudaBackend::DoExportChunk(ChunkHandle chunk) {
   ChunkInfo info;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = chunks_.find(chunk);
     if (it == chunks_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -489,7 +490,7 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoImportChunk(int fd, int device,
                      " a descriptor from ExportChunk (cuMemExport"
                      "ToShareableHandle)?"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const ChunkHandle id = next_chunk_++;
   chunks_[id] = ChunkInfo{handle, device, size};
   return id;
@@ -519,14 +520,14 @@ absl::StatusOr<DevicePtr> CudaBackend::DoReserveRange(size_t size,
     return Error(r, absl::StrCat("cuMemAddressReserve(size=", size,
                                  ", alignment=", align, ")"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ranges_[base] = size;
   return static_cast<DevicePtr>(base);
 }
 
 absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = ranges_.find(base);
     if (it == ranges_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -551,7 +552,7 @@ absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
   }
   if (absl::Status s = MakeCurrent(0); !s.ok()) return s;
   if (CUresult r = driver_.cuMemAddressFree(base, size); r != CUDA_SUCCESS) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ranges_[base] = size;
     return Error(r, absl::StrCat("cuMemAddressFree(base=", Hex(base),
                                  ", size=", size, ")"));
@@ -564,7 +565,7 @@ absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
   int device = 0;
   CUmemGenericAllocationHandle cu = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto c = chunks_.find(chunk);
     if (c == chunks_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -621,7 +622,7 @@ absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
     }
   }
   if (!s.ok()) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     mappings_.erase(addr);
   }
   return s;
@@ -630,7 +631,7 @@ absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
 absl::Status CudaBackend::DoUnmap(DevicePtr addr, size_t size) {
   std::vector<std::pair<DevicePtr, MappingInfo>> taken;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::StatusOr<std::vector<MappingMap::iterator>> cover =
         Covering(addr, size, /*whole=*/true, /*need_access=*/false, "Unmap");
     if (!cover.ok()) return cover.status();
@@ -652,7 +653,7 @@ absl::Status CudaBackend::DoUnmap(DevicePtr addr, size_t size) {
     }
     if (!s.ok()) {
       // What was not unmapped is still mapped: keep its books.
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (size_t j = i; j < taken.size(); ++j) {
         mappings_[taken[j].first] = taken[j].second;
       }
@@ -680,7 +681,7 @@ absl::Status CudaBackend::DoSetAccess(DevicePtr addr, size_t size,
   }
   int device = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::StatusOr<std::vector<MappingMap::iterator>> cover = Covering(
         addr, size, /*whole=*/true, /*need_access=*/false, "SetAccess");
     if (!cover.ok()) return cover.status();
@@ -693,7 +694,7 @@ absl::Status CudaBackend::DoSetAccess(DevicePtr addr, size_t size,
         r, absl::StrCat("cuMemSetAccess(addr=", Hex(addr), ", size=", size,
                         ", devices=", absl::StrJoin(devices, ","), ")"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // Mark what is (still) mapped there; a concurrent unmap of it is the
   // caller's race and leaves nothing to mark.
   for (auto it = mappings_.lower_bound(addr);
@@ -716,7 +717,7 @@ absl::StatusOr<EventHandle> CudaBackend::DoCreateEvent(int device) {
                                  ", CU_EVENT_DISABLE_TIMING)"));
   }
   const EventHandle handle = reinterpret_cast<EventHandle>(event);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   events_[handle] = device;
   return handle;
 }
@@ -724,7 +725,7 @@ absl::StatusOr<EventHandle> CudaBackend::DoCreateEvent(int device) {
 absl::Status CudaBackend::DoDestroyEvent(EventHandle event) {
   int device = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = events_.find(event);
     if (it == events_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -746,7 +747,7 @@ absl::Status CudaBackend::DoRecordEvent(EventHandle event,
                                         StreamHandle stream) {
   int device = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = events_.find(event);
     if (it == events_.end()) {
       return absl::NotFoundError(
@@ -768,7 +769,7 @@ absl::Status CudaBackend::DoRecordEvent(EventHandle event,
 absl::StatusOr<bool> CudaBackend::DoQueryEvent(EventHandle event) {
   int device = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = events_.find(event);
     if (it == events_.end()) {
       return absl::NotFoundError(
@@ -787,7 +788,7 @@ absl::StatusOr<bool> CudaBackend::DoQueryEvent(EventHandle event) {
 absl::Status CudaBackend::DoSyncEvent(EventHandle event) {
   int device = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = events_.find(event);
     if (it == events_.end()) {
       return absl::NotFoundError(
@@ -811,7 +812,7 @@ absl::StatusOr<int> CudaBackend::AccessibleDevice(DevicePtr addr, size_t size,
                                                   absl::string_view what) {
   // Checked here rather than left to the driver: a copy to memory that is not
   // mapped with access must not reach the GPU.
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<std::vector<MappingMap::iterator>> cover =
       Covering(addr, size, /*whole=*/false, /*need_access=*/true, what);
   if (!cover.ok()) return cover.status();

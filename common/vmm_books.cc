@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 namespace {
@@ -80,7 +81,7 @@ absl::StatusOr<ChunkHandle> VmmBooks::CreateChunk(int device, size_t size,
                                                   MakeFd make) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   if (absl::Status s = CheckChunkSize(size, "chunk"); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const size_t free = capacity_ - used_[device];
   if (size > free) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -105,7 +106,7 @@ absl::StatusOr<ChunkHandle> VmmBooks::ImportChunk(int device, size_t size,
   if (absl::Status s = CheckChunkSize(size, "imported chunk"); !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<UniqueFd> fd = make();
   if (!fd.ok()) return fd.status();
   const ChunkHandle handle = next_handle_++;
@@ -118,7 +119,7 @@ absl::StatusOr<ChunkHandle> VmmBooks::ImportChunk(int device, size_t size,
 }
 
 absl::Status VmmBooks::ReleaseChunk(ChunkHandle chunk) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) {
     return absl::NotFoundError(
@@ -132,7 +133,7 @@ absl::Status VmmBooks::ReleaseChunk(ChunkHandle chunk) {
 }
 
 absl::StatusOr<UniqueFd> VmmBooks::ExportChunk(ChunkHandle chunk, ExportFd fn) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = chunks_.find(chunk);
   if (it == chunks_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -154,7 +155,7 @@ absl::StatusOr<DevicePtr> VmmBooks::ReserveRange(size_t size, size_t alignment,
         Prefix(), "range alignment ", alignment, " is not a power of two"));
   }
   if (alignment < granularity_) alignment = granularity_;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<DevicePtr> base = reserve(size, alignment);
   if (!base.ok()) return base.status();
   // The effect must hand out fresh, aligned space; anything else is a bug in
@@ -175,7 +176,7 @@ absl::StatusOr<DevicePtr> VmmBooks::ReserveRange(size_t size, size_t alignment,
 }
 
 absl::Status VmmBooks::FreeRange(DevicePtr base, size_t size, Effect free) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = ranges_.find(base);
   if (it == ranges_.end()) {
     return absl::NotFoundError(
@@ -204,7 +205,7 @@ absl::Status VmmBooks::FreeRange(DevicePtr base, size_t size, Effect free) {
 
 absl::Status VmmBooks::Map(DevicePtr addr, size_t size, ChunkHandle chunk,
                            MapFn map) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto c = chunks_.find(chunk);
   if (c == chunks_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -298,7 +299,7 @@ absl::StatusOr<std::vector<DevicePtr>> VmmBooks::CoveringMappings(
 }
 
 absl::Status VmmBooks::Unmap(DevicePtr addr, size_t size, Effect unmap) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<std::vector<DevicePtr>> covered =
       CoveringMappings(addr, size, "unmap");
   if (!covered.ok()) return covered.status();
@@ -317,7 +318,7 @@ absl::Status VmmBooks::SetAccess(DevicePtr addr, size_t size,
   for (int d : devices) {
     if (absl::Status s = CheckDevice(d); !s.ok()) return s;
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<std::vector<DevicePtr>> covered =
       CoveringMappings(addr, size, "set access");
   if (!covered.ok()) return covered.status();
@@ -335,7 +336,7 @@ absl::Status VmmBooks::WithAccessible(DevicePtr addr, size_t size,
         absl::StrCat(Prefix(), what, " ", RangeText(addr, size),
                      ": wraps around the address space"));
   }
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   const DevicePtr end = addr + size;
   auto it = mappings_.upper_bound(addr);
   if (it == mappings_.begin() ||
@@ -370,14 +371,14 @@ absl::Status VmmBooks::WithAccessible(DevicePtr addr, size_t size,
 
 absl::StatusOr<EventHandle> VmmBooks::CreateEvent(int device) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const EventHandle handle = next_handle_++;
   events_[handle].device = device;
   return handle;
 }
 
 absl::Status VmmBooks::DestroyEvent(EventHandle event) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (events_.erase(event) == 0) {
     return absl::NotFoundError(absl::StrCat(
         Prefix(), "event ", event,
@@ -387,7 +388,7 @@ absl::Status VmmBooks::DestroyEvent(EventHandle event) {
 }
 
 absl::Status VmmBooks::RecordEvent(EventHandle event, StreamHandle /*stream*/) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::NotFoundError(
@@ -403,7 +404,7 @@ absl::Status VmmBooks::RecordEvent(EventHandle event, StreamHandle /*stream*/) {
 }
 
 absl::StatusOr<absl::Time> VmmBooks::EventDoneAt(EventHandle event) {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -414,7 +415,7 @@ absl::StatusOr<absl::Time> VmmBooks::EventDoneAt(EventHandle event) {
 }
 
 void VmmBooks::set_event_delay(absl::Duration delay) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   event_delay_ = delay;
 }
 
@@ -423,22 +424,22 @@ void VmmBooks::set_event_delay(absl::Duration delay) {
 
 size_t VmmBooks::used_bytes(int device) const {
   if (device < 0 || device >= devices_) return 0;
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return used_[device];
 }
 
 size_t VmmBooks::live_chunks() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return chunks_.size();
 }
 
 size_t VmmBooks::live_mappings() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return mappings_.size();
 }
 
 size_t VmmBooks::live_ranges() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return ranges_.size();
 }
 
@@ -450,7 +451,7 @@ std::string VmmBooks::DescribeDevices() const {
 }
 
 std::vector<std::pair<DevicePtr, size_t>> VmmBooks::TakeAllRanges() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::pair<DevicePtr, size_t>> out(ranges_.begin(), ranges_.end());
   ranges_.clear();
   mappings_.clear();

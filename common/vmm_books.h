@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 
@@ -192,7 +193,7 @@ class VmmBooks {
   const size_t capacity_;
   const size_t granularity_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<size_t> used_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkHandle, ChunkRecord> chunks_ ABSL_GUARDED_BY(mu_);

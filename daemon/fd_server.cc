@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 #include "proto/gmlake.pb.h"
 
@@ -83,7 +84,7 @@ FdServer::FdServer(Lake* lake, FdServerOptions options, UniqueFd listener,
       epoll_(std::move(epoll)),
       last_housekeeping_(absl::Now()),
       hook_target_(std::make_shared<HookTarget>()) {
-  absl::MutexLock l(&hook_target_->mu);
+  MutexLock l(&hook_target_->mu);
   hook_target_->server = this;
 }
 
@@ -93,11 +94,11 @@ void FdServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
   {
-    absl::MutexLock l(&hook_target_->mu);
+    MutexLock l(&hook_target_->mu);
     hook_target_->server = nullptr;
   }
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     stopping_ = true;
   }
   Wake();
@@ -115,7 +116,7 @@ void FdServer::Wake() {
 
 void FdServer::SessionEnded(uint64_t serial) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     ended_.push_back(serial);
   }
   Wake();
@@ -134,7 +135,7 @@ void FdServer::Loop() {
     }
     std::vector<uint64_t> ended;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (stopping_) return;
       ended.swap(ended_);
     }
@@ -332,7 +333,7 @@ bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
           [target, serial] {
             std::shared_ptr<HookTarget> t = target.lock();
             if (t == nullptr) return;
-            absl::MutexLock l(&t->mu);
+            MutexLock l(&t->mu);
             if (t->server != nullptr) t->server->SessionEnded(serial);
           });
       if (s.ok()) c->session = req.session_id();

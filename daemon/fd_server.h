@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/fd_passing.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "daemon/lake.h"
 
@@ -121,12 +122,12 @@ class FdServer {
   // Shared with the end-of-session hooks the Lake holds, which may outlive
   // this server: they reach it only while `server` is set.
   struct HookTarget {
-    absl::Mutex mu;
+    Mutex mu;
     FdServer* server ABSL_GUARDED_BY(mu) = nullptr;
   };
   std::shared_ptr<HookTarget> hook_target_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> ended_ ABSL_GUARDED_BY(mu_);
 };

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/bytes.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 
 namespace gmlake {
@@ -174,7 +175,7 @@ absl::StatusOr<std::unique_ptr<Lake>> Lake::Create(VmmBackend* backend,
   }
   std::unique_ptr<Lake> lake(new Lake(backend, std::move(options)));
   {
-    absl::MutexLock lock(&lake->mu_);
+    MutexLock lock(&lake->mu_);
     for (const LakeDeviceConfig& c : lake->options_.devices) {
       Device d;
       d.config = c;
@@ -194,7 +195,7 @@ absl::Status Lake::Precreate() {
     if (n == 0) continue;
     std::vector<std::unique_ptr<ChunkRec>> made;
     absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Device& d = devices_[i];
     for (auto& c : made) {
       c->id = next_chunk_++;
@@ -218,7 +219,7 @@ Lake::~Lake() {
   Shutdown();
   std::vector<std::unique_ptr<ChunkRec>> all;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, c] : chunks_) all.push_back(std::move(c));
     chunks_.clear();
   }
@@ -233,7 +234,7 @@ Lake::~Lake() {
 void Lake::Shutdown() {
   Aftermath after;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
     std::vector<uint64_t> ids;
     for (const auto& [id, s] : sessions_) ids.push_back(id);
@@ -272,7 +273,7 @@ absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
     return absl::InvalidArgumentError(
         absl::StrCat("pid ", claimed_pid, " is not a process id"));
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) {
     return absl::UnavailableError("gmlaked is shutting down");
   }
@@ -295,14 +296,14 @@ absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
 
 absl::Status Lake::Authenticate(uint64_t session,
                                 absl::string_view token) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return FindLocked(session, token).status();
 }
 
 absl::Status Lake::BindSession(uint64_t session, absl::string_view token,
                                const PeerIdentity& peer,
                                std::function<void()> on_end) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
   Session* s = *found;
@@ -331,7 +332,7 @@ absl::Status Lake::AttachWatcher(uint64_t session, absl::string_view token,
                                  std::shared_ptr<PressureSink> sink) {
   std::shared_ptr<PressureSink> old;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::StatusOr<Session*> found = FindLocked(session, token);
     if (!found.ok()) return found.status();
     old = std::exchange((*found)->sink, std::move(sink));
@@ -345,7 +346,7 @@ absl::Status Lake::AttachWatcher(uint64_t session, absl::string_view token,
 void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
   Aftermath after;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(session);
     if (it == sessions_.end() || it->second->sink.get() != sink) return;
     // The stream is gone: nothing to close.
@@ -359,7 +360,7 @@ void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
 absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
                                absl::Span<const DeviceUsageReport> usage,
                                bool answers_pressure) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
   Session* s = *found;
@@ -384,7 +385,7 @@ absl::StatusOr<uint64_t> Lake::CloseSession(uint64_t session,
   Aftermath after;
   uint64_t bytes = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::StatusOr<Session*> found = FindLocked(session, token);
     if (!found.ok()) return found.status();
     bytes = EndSessionLocked(session, "closed by its client", EndKind::kClosed,
@@ -398,7 +399,7 @@ uint64_t Lake::EndSession(uint64_t session, absl::string_view reason) {
   Aftermath after;
   uint64_t bytes = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     bytes = EndSessionLocked(session, reason, EndKind::kOther, &after);
   }
   after.Run(backend_);
@@ -516,7 +517,7 @@ int Lake::CheckLiveness() {
   Aftermath after;
   int ended = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     std::vector<std::pair<uint64_t, std::string>> to_end;
     std::vector<pollfd> polls;
@@ -1058,7 +1059,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
 absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
                                                   absl::string_view token,
                                                   uint64_t lease_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
   auto owner = lease_owner_.find(lease_id);
@@ -1088,7 +1089,7 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
 
 absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
     uint64_t session, absl::Span<const uint64_t> chunk_ids) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<UniqueFd> fds;
   fds.reserve(chunk_ids.size());
   for (uint64_t id : chunk_ids) {
@@ -1113,7 +1114,7 @@ absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
 
 absl::StatusOr<uint64_t> Lake::Return(uint64_t session, absl::string_view token,
                                       absl::Span<const uint64_t> chunk_ids) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
   Session* s = *found;
@@ -1162,7 +1163,7 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
   std::vector<std::unique_ptr<ChunkRec>> gone;
   uint64_t released = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
       if (device >= 0 && i != device) continue;
       Device& d = devices_[i];
@@ -1216,7 +1217,7 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
 }
 
 void Lake::FillStatus(v1::StatusResponse* out) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   out->set_backend(std::string(backend_->name()));
   out->set_backend_description(backend_->Describe());

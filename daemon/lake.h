@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 #include "proto/gmlake.pb.h"
@@ -365,9 +366,9 @@ class Lake {
   const LakeOptions options_;
   const absl::Time started_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Signalled whenever chunks become free or capacity frees up.
-  absl::CondVar freed_;
+  CondVar freed_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<ChunkRec>> chunks_

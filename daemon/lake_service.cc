@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 #include "proto/protocol.h"
 
@@ -52,7 +53,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
     absl::Status s = lake_->AttachWatcher(session_, token, self_);
     if (!s.ok()) {
       {
-        absl::MutexLock l(&mu_);
+        MutexLock l(&mu_);
         finished_ = true;
         attached_ = false;
       }
@@ -69,7 +70,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
   void Send(const Pressure& p) override {
     v1::PressureRequest* next = nullptr;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (finished_) return;
       v1::PressureRequest req;
       req.set_device(p.device);
@@ -85,7 +86,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
 
   void Close(const absl::Status& why) override {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       attached_ = false;  // the Lake let go of the session
       if (finished_ || finish_pending_) return;
       if (writing_) {
@@ -103,7 +104,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
     bool finish = false;
     grpc::Status status;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       writing_ = false;
       queue_.pop_front();
       if (!ok && !finish_pending_) {
@@ -128,7 +129,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
 
   void OnCancel() override {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (finished_ || finish_pending_) return;
       if (writing_) {
         finish_pending_ = true;
@@ -144,7 +145,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
   void OnDone() override {
     bool attached;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       attached = attached_;
     }
     // The stream is over: if the Lake still routes this session here, the
@@ -158,7 +159,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
   Lake* const lake_;
   const uint64_t session_;
   std::shared_ptr<WatchStream> self_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<v1::PressureRequest> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

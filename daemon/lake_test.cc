@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "common/vmm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,26 +75,26 @@ class RecordingSink : public PressureSink {
     for (auto& t : threads_) t.join();
   }
   void Send(const Pressure& p) override {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     got_.push_back(p);
     if (react_) threads_.emplace_back(react_, p);
   }
   void Close(const absl::Status& why) override {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     closed_ = why;
   }
   std::vector<Pressure> got() {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     return got_;
   }
   absl::Status closed() {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     return closed_;
   }
 
  private:
   std::function<void(const Pressure&)> react_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<Pressure> got_;
   absl::Status closed_ = absl::OkStatus();
   std::vector<std::thread> threads_;
@@ -293,7 +294,7 @@ TEST_F(LakeTest, PressureMakesAnIdleSessionReturn) {
   absl::StatusOr<LeaseGrant> held = lake_->Lease(idle.id, idle.token, 0, 4);
   ASSERT_TRUE(held.ok());
   std::vector<uint64_t> ids = held->chunk_ids;
-  absl::Notification answered;
+  Notification answered;
   // The idle client answers like DaemonChunkSource: returns what it was
   // asked for, then reports its usage.
   auto sink = std::make_shared<RecordingSink>([&](const Pressure& p) {

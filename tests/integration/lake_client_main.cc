@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/daemon_chunk_source.h"
+#include "common/mutex.h"
 #include "common/vmm.h"
 
 ABSL_FLAG(std::string, socket, "", "gmlaked's gRPC socket.");
@@ -50,7 +51,7 @@ ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
 namespace gmlake {
 namespace {
 
-absl::Mutex mu;
+Mutex mu;
 std::vector<std::vector<ChunkHandle>> held ABSL_GUARDED_BY(mu);
 
 void Answer(const absl::StatusOr<std::string>& r) {
@@ -108,13 +109,13 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
     absl::StatusOr<std::vector<ChunkHandle>> got =
         src->Acquire(device, static_cast<size_t>(arg(2)));
     if (!got.ok()) return got.status();
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     held[device].insert(held[device].end(), got->begin(), got->end());
     return absl::StrCat(held[device].size());
   }
   if (cmd == "fill" || cmd == "check") {
     const uint8_t value = static_cast<uint8_t>(arg(2));
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     absl::Status s = WithMapped(
         src, device, [&](DevicePtr base, size_t bytes) -> absl::Status {
           if (bytes == 0) return absl::OkStatus();
@@ -136,18 +137,18 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
   if (cmd == "return") {
     std::vector<ChunkHandle> give;
     {
-      absl::MutexLock l(&mu);
+      MutexLock l(&mu);
       auto& hs = held[device];
       const size_t n = std::min<size_t>(static_cast<size_t>(arg(2)), hs.size());
       give.assign(hs.end() - n, hs.end());
       hs.resize(hs.size() - n);
     }
     src->Return(device, give);
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     return absl::StrCat(held[device].size());
   }
   if (cmd == "held") {
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     return absl::StrCat(held[device].size(), " ", src->idle_chunks(device));
   }
   if (cmd == "report") {
@@ -193,7 +194,7 @@ int Main() {
     return 1;
   }
   {
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     held.resize((*src)->backend()->device_count());
   }
   if (absl::GetFlag(FLAGS_reclaim)) {
@@ -201,7 +202,7 @@ int Main() {
     s->SetReclaimHandler([s](int device, uint64_t bytes) -> uint64_t {
       std::vector<ChunkHandle> give;
       {
-        absl::MutexLock l(&mu);
+        MutexLock l(&mu);
         auto& hs = held[device];
         const size_t size = s->chunk_size(device);
         while (!hs.empty() && give.size() * size < bytes) {
@@ -221,7 +222,7 @@ int Main() {
     if (words.empty()) continue;
     if (words[0] == "quit") {
       {
-        absl::MutexLock l(&mu);
+        MutexLock l(&mu);
         for (size_t d = 0; d < held.size(); ++d) {
           (*src)->Return(static_cast<int>(d), held[d]);
           held[d].clear();
