@@ -147,13 +147,17 @@ TEST(DaemonIntegration, KilledClientsChunksComeBackWithinASecond) {
   EXPECT_LT(absl::Now() - killed, absl::Seconds(1));
   EXPECT_EQ(st->devices(0).free_chunks(), 8u);
   ASSERT_BOOKS(d);
-  // Either the session ended when the process was already gone, or its
-  // socket closed a moment before the process was reaped and the chunks
-  // waited for that (at most --liveness_interval).
+  // Either the session ended (its fd socket closed or its Watch stream
+  // broke, whichever the daemon saw first) when the process was already
+  // gone, or a moment before the process was reaped and the chunks waited
+  // for that (at most --liveness_interval).
   const std::string log = d->Log();
   EXPECT_TRUE(absl::StrContains(log,
                                 "ended: its fd-socket connection closed "
                                 "(the client closed the connection); "
+                                "16.00 MiB back in the lake") ||
+              absl::StrContains(log,
+                                "ended: its Watch stream broke; "
                                 "16.00 MiB back in the lake") ||
               absl::StrContains(log,
                                 "exited; 16.00 MiB of its ended session "
