@@ -74,6 +74,9 @@ ABSL_FLAG(std::string, scrub, "cross-uid",
           "cross-uid (those going to another uid) or never.");
 ABSL_FLAG(absl::Duration, reclaim_timeout, absl::Seconds(2),
           "How long a lease waits for other sessions to return memory.");
+ABSL_FLAG(bool, prefer_reclaim, false,
+          "Before creating chunks for a lease, ask other sessions for the "
+          "memory they cache and do not use; create only the rest.");
 ABSL_FLAG(absl::Duration, bind_timeout, absl::Seconds(10),
           "Sessions not bound on the fd socket within this are dropped.");
 ABSL_FLAG(absl::Duration, claim_timeout, absl::Seconds(30),
@@ -222,6 +225,7 @@ absl::Status Run() {
   }
   lo.scrub = *scrub;
   lo.reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
+  lo.prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
   lo.bind_timeout = absl::GetFlag(FLAGS_bind_timeout);
   lo.claim_timeout = absl::GetFlag(FLAGS_claim_timeout);
   if (absl::GetFlag(FLAGS_max_sessions) <= 0) {
@@ -254,11 +258,12 @@ absl::Status Run() {
   }
   Logf(
       "limits: uid quota %s, session quota %s, scrub %s, reclaim timeout "
-      "%s, max sessions %d, open files %d",
+      "%s%s, max sessions %d, open files %d",
       lo.uid_quota_bytes ? FormatBytes(lo.uid_quota_bytes) : "none",
       lo.session_quota_bytes ? FormatBytes(lo.session_quota_bytes) : "none",
       ScrubPolicyName(lo.scrub), absl::FormatDuration(lo.reclaim_timeout),
-      lo.max_sessions, fd_limit);
+      lo.prefer_reclaim ? " (reclaim before creating)" : "", lo.max_sessions,
+      fd_limit);
   if (fd_limit < 4096) {
     Logf(
         "warning: only %d open files allowed; each chunk holds one (raise "

@@ -842,6 +842,9 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   const absl::Time deadline = absl::Now() + options_.reclaim_timeout;
   std::vector<uint64_t> asked;
   std::vector<uint64_t> asked_reports;
+  // With prefer_reclaim, capacity left counts only once the others have
+  // been asked for what they cache.
+  bool reclaim_first = options_.prefer_reclaim;
   for (;;) {
     if (shutting_down_) {
       return fail(absl::UnavailableError("gmlaked is shutting down"));
@@ -872,7 +875,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     }
     Device& d = devices_[device];
     const uint64_t room = d.capacity_chunks - d.created - d.creating;
-    const uint64_t available = d.free + room;
+    const uint64_t available = d.free + (reclaim_first ? 0 : room);
     if (available >= count) break;
     const uint64_t short_bytes = (count - available) * size;
     auto describe = [&] {
@@ -899,6 +902,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       std::vector<uint64_t> more =
           SendPressureLocked(*s, device, short_bytes, asked, &after);
       if (more.empty()) {
+        if (reclaim_first) {  // nobody (else) to ask: create the rest
+          reclaim_first = false;
+          continue;
+        }
         return fail(absl::ResourceExhaustedError(
             asked.empty()
                 ? absl::StrCat(describe(),
@@ -919,6 +926,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       continue;
     }
     if (absl::Now() >= deadline) {
+      if (reclaim_first) {  // they gave what they gave: create the rest
+        reclaim_first = false;
+        continue;
+      }
       return fail(absl::ResourceExhaustedError(absl::StrFormat(
           "%s; asked %d other sessions to return memory and they did not "
           "return enough within %s (--reclaim_timeout)",

@@ -89,6 +89,12 @@ struct LakeOptions {
   ScrubPolicy scrub = ScrubPolicy::kCrossUid;
   // How long a lease waits for other sessions to return memory.
   absl::Duration reclaim_timeout = absl::Seconds(2);
+  // Before creating new chunks for a lease, ask the other sessions for the
+  // memory they cache and do not use (bounded by reclaim_timeout), and
+  // create only what they did not give. Keeps the node's footprint near
+  // what its processes use, at the price of a pressure round per growing
+  // lease while others hold memory. --prefer_reclaim.
+  bool prefer_reclaim = false;
   // Sessions not bound on the fd socket within this are dropped.
   absl::Duration bind_timeout = absl::Seconds(10);
   // Leases whose descriptors are not claimed within this go back.

@@ -101,7 +101,7 @@ class RecordingSink : public PressureSink {
 };
 
 class LakeTest : public ::testing::Test {
- protected:
+ public:  // the helpers below use it too
   void Make(LakeOptions options, int devices = 1) {
     backend_ = HostBackendOrDie(devices);
     absl::StatusOr<std::unique_ptr<Lake>> lake =
@@ -680,6 +680,57 @@ TEST(ScrubPolicyTest, Parse) {
   EXPECT_EQ(*ParseScrubPolicy("never"), ScrubPolicy::kNever);
   EXPECT_THAT(ParseScrubPolicy("sometimes").status().message(),
               HasSubstr("always, cross-uid or never"));
+}
+
+}  // namespace
+}  // namespace gmlake
+
+namespace gmlake {
+namespace {
+
+// --prefer_reclaim: a growing lease first takes back what an idle session
+// caches, so the lake creates only what it did not give, although it has
+// room. Returns the chunks created and the pressure requests the idle
+// session got.
+std::pair<uint64_t, size_t> GrowBesideAnIdleSession(LakeTest* t, bool prefer) {
+  LakeOptions o = Options(16);
+  o.prefer_reclaim = prefer;
+  t->Make(o);
+  Lake* lake = t->lake_.get();
+  SessionTicket idle = t->Open(1000, "idle");
+  absl::StatusOr<LeaseGrant> held = lake->Lease(idle.id, idle.token, 0, 4);
+  EXPECT_TRUE(held.ok());
+  auto ids = std::make_shared<std::vector<uint64_t>>(held->chunk_ids);
+  auto answered = std::make_shared<Notification>();
+  auto sink = std::make_shared<RecordingSink>([=](const Pressure& p) {
+    const size_t n = std::min<size_t>(p.bytes / kChunk, ids->size());
+    std::vector<uint64_t> give(ids->begin(), ids->begin() + n);
+    ids->erase(ids->begin(), ids->begin() + n);
+    EXPECT_TRUE(lake->Return(idle.id, idle.token, give).ok());
+    DeviceUsageReport u{0, 0, ids->size() * kChunk};
+    EXPECT_TRUE(lake->ReportUsage(idle.id, idle.token, {u}).ok());
+    answered->Notify();
+  });
+  EXPECT_TRUE(lake->AttachWatcher(idle.id, idle.token, sink).ok());
+  DeviceUsageReport u{0, 0, 4 * kChunk};  // all cached, none used
+  EXPECT_TRUE(lake->ReportUsage(idle.id, idle.token, {u}).ok());
+  SessionTicket busy = t->Open(1000, "busy");
+  absl::StatusOr<LeaseGrant> g = lake->Lease(busy.id, busy.token, 0, 6);
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (prefer) answered->WaitForNotification();
+  return {GetBooks(*lake).created, sink->got().size()};
+}
+
+TEST_F(LakeTest, WithoutPreferReclaimAGrowingLeaseCreates) {
+  auto [created, asked] = GrowBesideAnIdleSession(this, false);
+  EXPECT_EQ(created, 10u);  // 4 idle + 6 new
+  EXPECT_EQ(asked, 0u);
+}
+
+TEST_F(LakeTest, PreferReclaimTakesBackCachedMemoryBeforeCreating) {
+  auto [created, asked] = GrowBesideAnIdleSession(this, true);
+  EXPECT_EQ(created, 6u);  // the idle session's 4 came back, 2 new
+  EXPECT_EQ(asked, 1u);
 }
 
 }  // namespace

@@ -57,5 +57,25 @@ TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
   EXPECT_GT(r->phases.back().pressure_requests, 0u);
 }
 
+// With --prefer_reclaim the lake may be far larger than the processes
+// need: idle processes give back their caches before gmlaked creates more,
+// so the node stays at the floor instead of the sum of the processes'
+// peaks.
+TEST(LakeShareTest, PreferReclaimKeepsALargeLakeNearTheFloor) {
+  LakeShareConfig config;
+  config.trace_paths = {Trace("llama1b_full_ckpt"), Trace("llama1b_infer")};
+  for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
+  config.self = Runfile("tools/gmlake-replay");
+  config.gmlaked = Runfile("daemon/gmlaked");
+  config.rounds = 2;
+  config.progress = false;
+  config.capacity = uint64_t{40} << 30;
+  config.prefer_reclaim = true;
+  absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LE(r->node_peak_over_floor, 1.02);
+  EXPECT_LT(r->node_peak_bytes, r->sum_of_process_peaks_bytes);
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -204,6 +204,9 @@ absl::StatusOr<LakeShareResult> PlanLakeShare(const LakeShareConfig& config) {
 }
 
 absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
+  // A client that dies must not take this process with it (SIGPIPE on
+  // the next command): its failure is reported instead.
+  ::signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
   if (!plan.ok()) return plan.status();
   const size_t n = config.trace_paths.size();
@@ -237,7 +240,8 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
         {bin, "--backend=" + config.backend, "--socket=" + socket,
          "--fd_socket=" + dir + "/fd.sock",
          absl::StrCat("--capacity=", result.capacity_bytes),
-         absl::StrCat("--host_capacity=", host_capacity)},
+         absl::StrCat("--host_capacity=", host_capacity),
+         absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)},
         /*pipes=*/false);
     if (!d.ok()) {
       return absl::Status(

@@ -30,6 +30,8 @@ struct LakeShareConfig {
   // gmlaked's capacity per device; 0: 1.05 x the floor (the GPU that the
   // processes must share), rounded up to chunks.
   uint64_t capacity = 0;
+  // gmlaked reclaims cached memory before creating (--prefer_reclaim).
+  bool prefer_reclaim = false;
   std::string conf;     // GMLAKE_CONF for the clients' allocators
   std::string socket;   // an already running gmlaked; empty: start one
   std::string gmlaked;  // path of gmlaked (empty: beside this binary)

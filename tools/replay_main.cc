@@ -51,6 +51,9 @@ ABSL_FLAG(bool, lake, false,
 ABSL_FLAG(int, lake_rounds, 2, "--lake: turns each client is busy");
 ABSL_FLAG(std::string, lake_capacity, "",
           "--lake: gmlaked's capacity (default 1.05 x the floor)");
+ABSL_FLAG(bool, lake_prefer_reclaim, false,
+          "--lake: start gmlaked with --prefer_reclaim (idle processes give "
+          "back their caches before the lake creates more)");
 ABSL_FLAG(std::string, lake_socket, "",
           "--lake: use the gmlaked at this socket instead of starting one");
 ABSL_FLAG(std::string, gmlaked, "",
@@ -111,6 +114,7 @@ int LakeMain(const std::vector<std::string>& args) {
   config.backend = absl::GetFlag(FLAGS_backend);
   config.conf = absl::GetFlag(FLAGS_conf);
   config.socket = absl::GetFlag(FLAGS_lake_socket);
+  config.prefer_reclaim = absl::GetFlag(FLAGS_lake_prefer_reclaim);
   config.gmlaked = Resolve(absl::GetFlag(FLAGS_gmlaked));
   config.progress = absl::GetFlag(FLAGS_progress);
   char self[4096];

@@ -2,7 +2,8 @@
 # GMLake's main job, on a fresh machine of this kind:
 #   1. installs what is missing and builds gmlaked, gmlakectl, gmlake-replay;
 #   2. starts gmlaked (on the GPU if there is one, else on the host backend)
-#      with a lake of 1.05 x what three processes ever have live at once;
+#      with a lake of 1.05 x what three processes ever have live at once,
+#      reclaiming idle caches before it creates chunks (--prefer_reclaim);
 #   3. runs the lake-share demo through it: a trainer (llama1b full
 #      fine-tuning), an inference engine and a LoRA job, each its own
 #      process with its own allocator, busy in turns while the others idle
@@ -43,7 +44,8 @@ trap 'echo "gmlake: interrupted" >&2; exit 130' INT TERM
 plan=$("$bin/tools/gmlake-replay" --lake --lake_plan --progress=false "${demo[@]}")
 capacity=$(echo "$plan" | sed 's/.*"capacity_bytes":\([0-9]*\).*/\1/')
 "$bin/daemon/gmlaked" --backend="$backend" --socket="$dir/gmlaked.sock" \
-  --fd_socket="$dir/fd.sock" --capacity="$capacity" --host_capacity=64GiB &
+  --fd_socket="$dir/fd.sock" --capacity="$capacity" --host_capacity=64GiB \
+  --prefer_reclaim &
 daemon_pid=$!
 for _ in $(seq 100); do
   [ -S "$dir/gmlaked.sock" ] && break
