@@ -34,6 +34,18 @@ struct DaemonChunkSource::Rpc {
 
 namespace {
 
+// The usage figures every request to gmlaked carries.
+template <typename Figures>
+void AddUsage(const Figures& usage,
+              google::protobuf::RepeatedPtrField<v1::DeviceUsage>* out) {
+  for (const auto& u : usage) {
+    v1::DeviceUsage* du = out->Add();
+    du->set_device(u.device);
+    du->set_used_bytes(u.used);
+    du->set_cached_bytes(u.cached);
+  }
+}
+
 // Largest FdReply payload accepted (a batch of 253 ids is ~2.6 KiB).
 constexpr size_t kMaxReplyBytes = 64 * 1024;
 // A reply on the fd socket must come within this, or the daemon is stuck.
@@ -351,12 +363,7 @@ absl::Status DaemonChunkSource::SendUsage() {
   req.set_token(token_);
   {
     MutexLock l(&mu_);
-    for (const UsageFigures& u : UsageLocked()) {
-      v1::DeviceUsage* du = req.add_usage();
-      du->set_device(u.device);
-      du->set_used_bytes(u.used);
-      du->set_cached_bytes(u.cached);
-    }
+    AddUsage(UsageLocked(), req.mutable_usage());
   }
   v1::ReportUsageResponse resp;
   grpc::ClientContext ctx;
@@ -427,12 +434,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   {
     MutexLock l(&mu_);
     chunk = devices_[device].chunk_size;
-    for (const UsageFigures& u : UsageLocked()) {
-      v1::DeviceUsage* du = req.add_usage();
-      du->set_device(u.device);
-      du->set_used_bytes(u.used);
-      du->set_cached_bytes(u.cached);
-    }
+    AddUsage(UsageLocked(), req.mutable_usage());
   }
   v1::LeaseResponse resp;
   {
@@ -597,12 +599,7 @@ void DaemonChunkSource::GiveBack(
   for (const auto& [h, id] : chunks) req.add_chunk_ids(id);
   {
     MutexLock l(&mu_);
-    for (const UsageFigures& u : UsageLocked()) {
-      v1::DeviceUsage* du = req.add_usage();
-      du->set_device(u.device);
-      du->set_used_bytes(u.used);
-      du->set_cached_bytes(u.cached);
-    }
+    AddUsage(UsageLocked(), req.mutable_usage());
   }
   v1::ReturnResponse resp;
   grpc::ClientContext ctx;

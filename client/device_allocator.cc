@@ -194,29 +194,28 @@ void DeviceAllocator::MakeReusable(Block* b) {
   InsertFree(b);
 }
 
+void DeviceAllocator::Absorb(Block* b, Block* next) {
+  b->size += next->size;
+  b->next = next->next;
+  if (next->next != nullptr) next->next->prev = b;
+  if (b->segment->tail == next) b->segment->tail = b;
+  blocks_.Delete(next);
+}
+
 Block* DeviceAllocator::InsertFree(Block* b) {
   Pool* pool = b->pool;
-  Segment* seg = b->segment;
-  Block* prev = b->prev;
-  if (prev != nullptr && prev->state == BlockState::kFree &&
-      prev->pool == pool) {
+  auto mergeable = [pool](const Block* n) {
+    return n != nullptr && n->state == BlockState::kFree && n->pool == pool;
+  };
+  if (mergeable(b->prev)) {
+    Block* prev = b->prev;
     pool->free.Remove(prev);
-    prev->size += b->size;
-    prev->next = b->next;
-    if (b->next != nullptr) b->next->prev = prev;
-    if (seg->tail == b) seg->tail = prev;
-    blocks_.Delete(b);
+    Absorb(prev, b);
     b = prev;
   }
-  Block* next = b->next;
-  if (next != nullptr && next->state == BlockState::kFree &&
-      next->pool == pool) {
-    pool->free.Remove(next);
-    b->size += next->size;
-    b->next = next->next;
-    if (next->next != nullptr) next->next->prev = b;
-    if (seg->tail == next) seg->tail = b;
-    blocks_.Delete(next);
+  if (mergeable(b->next)) {
+    pool->free.Remove(b->next);
+    Absorb(b, b->next);
   }
   pool->free.Insert(b);
   return b;
@@ -461,18 +460,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
 
     std::vector<EventHandle> events = TakeIdleEvents(streams.size());
     mu_.Unlock();
-    // Unmapping does not wait for kernels still touching the memory.
-    absl::Status status = WaitForStreams(streams, &events);
-    for (Detached& d : stolen) {
-      if (status.ok()) {
-        status =
-            UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
-      }
-      if (status.ok()) {
-        d.unmapped = true;
-        chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
-      }
-    }
+    absl::Status status = UnmapStolen(streams, &events, &stolen, &chunks);
     absl::StatusOr<std::vector<SizedChunk>> more;
     if (status.ok() && missing != 0) {
       more = source_->AcquireBytes(device_, missing);
@@ -610,6 +598,22 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
     stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
   }
   return got;
+}
+
+absl::Status DeviceAllocator::UnmapStolen(
+    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events,
+    std::vector<Detached>* stolen, std::vector<SizedChunk>* into) {
+  // Unmapping does not wait for kernels still touching the memory.
+  absl::Status status = WaitForStreams(streams, events);
+  for (Detached& d : *stolen) {
+    if (status.ok()) {
+      status = UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
+    }
+    if (!status.ok()) break;
+    d.unmapped = true;
+    into->insert(into->end(), d.chunks.begin(), d.chunks.end());
+  }
+  return status;
 }
 
 void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen) {
@@ -761,16 +765,7 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   }
   std::vector<EventHandle> events = TakeIdleEvents(streams.size());
   mu_.Unlock();
-  absl::Status status = WaitForStreams(streams, &events);
-  for (Detached& d : stolen) {
-    if (status.ok()) {
-      status = UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
-    }
-    if (status.ok()) {
-      d.unmapped = true;
-      chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
-    }
-  }
+  UnmapStolen(streams, &events, &stolen, &chunks).IgnoreError();
   if (!chunks.empty()) source_->ReturnSized(device_, chunks);
   mu_.Lock();
   idle_events_.insert(idle_events_.end(), events.begin(), events.end());

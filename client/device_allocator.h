@@ -92,6 +92,8 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A freed block, no longer in use on any stream, goes back to its pool.
   void MakeReusable(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `b` takes over its address neighbour `next` (out of every index).
+  void Absorb(Block* b, Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a free block back, merging with free neighbours of its pool.
   Block* InsertFree(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes blocks whose other-stream events completed reusable. Releases mu_
@@ -152,6 +154,12 @@ class DeviceAllocator {
                     std::vector<Detached>* out,
                     std::vector<StreamHandle>* streams)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Without mu_: waits for `streams`, then unmaps the stolen runs (each
+  // marked unmapped) and appends their chunks to `into`.
+  absl::Status UnmapStolen(absl::Span<const StreamHandle> streams,
+                           std::vector<EventHandle>* events,
+                           std::vector<Detached>* stolen,
+                           std::vector<SizedChunk>* into);
   // After the unmapping: ends the steals; those not unmapped go back where
   // they were, as free memory.
   void FinishSteals(std::vector<Detached>* stolen)

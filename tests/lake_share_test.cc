@@ -8,40 +8,22 @@
 
 #include "tools/lake_share.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 
 namespace gmlake {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const std::string base = srcdir != nullptr ? srcdir : ".";
-  for (const std::string& p :
-       {base + "/gmlake/" + path, base + "/" + path, std::string(path)}) {
-    if (FILE* f = std::fopen(p.c_str(), "rb")) {
-      std::fclose(f);
-      return p;
-    }
-  }
-  return "";
-}
-
-std::string Trace(const std::string& name) {
-  std::string p = Runfile("external/shared/traces/" + name + ".trace.gz");
-  if (p.empty()) p = Runfile("../shared/traces/" + name + ".trace.gz");
-  return p;
-}
-
 TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
   LakeShareConfig config;
-  config.trace_paths = {Trace("llama1b_full_ckpt"), Trace("llama1b_infer"),
-                        Trace("llama1b_lora_ckpt")};
+  config.trace_paths = {ShippedTracePath("llama1b_full_ckpt"),
+                        ShippedTracePath("llama1b_infer"),
+                        ShippedTracePath("llama1b_lora_ckpt")};
   for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
-  config.self = Runfile("tools/gmlake-replay");
-  config.gmlaked = Runfile("daemon/gmlaked");
+  config.self = RunfilePath("tools/gmlake-replay");
+  config.gmlaked = RunfilePath("daemon/gmlaked");
   ASSERT_FALSE(config.self.empty());
   ASSERT_FALSE(config.gmlaked.empty());
   config.rounds = 2;
@@ -64,10 +46,11 @@ TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
 // peaks.
 TEST(LakeShareTest, PreferReclaimKeepsALargeLakeNearTheFloor) {
   LakeShareConfig config;
-  config.trace_paths = {Trace("llama1b_full_ckpt"), Trace("llama1b_infer")};
+  config.trace_paths = {ShippedTracePath("llama1b_full_ckpt"),
+                        ShippedTracePath("llama1b_infer")};
   for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
-  config.self = Runfile("tools/gmlake-replay");
-  config.gmlaked = Runfile("daemon/gmlaked");
+  config.self = RunfilePath("tools/gmlake-replay");
+  config.gmlaked = RunfilePath("daemon/gmlaked");
   config.rounds = 2;
   config.progress = false;
   config.capacity = uint64_t{40} << 30;

@@ -6,31 +6,16 @@
 // Replays on the accounting backend, whose books make the same decisions
 // as the host backend's (tools/replay.h).
 
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
 
 namespace gmlake {
 namespace {
-
-std::string TracePath(const std::string& name) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const std::string base = srcdir != nullptr ? srcdir : ".";
-  for (const std::string& dir :
-       {base + "/shared/traces/", base + "/gmlake/external/shared/traces/",
-        std::string("../shared/traces/")}) {
-    const std::string p = dir + name + ".trace.gz";
-    if (FILE* f = std::fopen(p.c_str(), "rb")) {
-      std::fclose(f);
-      return p;
-    }
-  }
-  return "";
-}
 
 struct Case {
   const char* name;
@@ -58,7 +43,7 @@ uint64_t FirstHalfPeak(const Trace& t) {
 
 TEST_P(TraceTargetsTest, MeetsTheTargets) {
   const Case c = GetParam();
-  const std::string path = TracePath(c.name);
+  const std::string path = ShippedTracePath(c.name);
   ASSERT_FALSE(path.empty())
       << "trace " << c.name << " not found: is ../shared beside the checkout?";
   absl::StatusOr<Trace> trace = LoadTrace(path);
@@ -115,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Shipped, TraceTargetsTest,
 
 // Every event of a trace, replayed with the books checked every 500 events.
 TEST(TraceReplayTest, BooksStayConsistentThroughAWholeMultiStreamRun) {
-  absl::StatusOr<Trace> trace = LoadTrace(TracePath("llama1b_fsdp2"));
+  absl::StatusOr<Trace> trace = LoadTrace(ShippedTracePath("llama1b_fsdp2"));
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->streams.size(), 3u);
   ReplayConfig config;

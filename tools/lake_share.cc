@@ -30,29 +30,6 @@ namespace {
 
 constexpr uint64_t kChunk = uint64_t{2} << 20;
 
-// Live bytes of a trace: its peak, and what is still live at its end.
-struct TraceShape {
-  uint64_t peak = 0;
-  uint64_t leftover = 0;
-};
-
-TraceShape ShapeOf(const Trace& t) {
-  std::vector<uint64_t> size(t.num_ids);
-  uint64_t live = 0;
-  TraceShape s;
-  for (const TraceEvent& e : t.events) {
-    if (e.alloc) {
-      size[e.id] = e.size;
-      live += e.size;
-      s.peak = std::max(s.peak, live);
-    } else {
-      live -= size[e.id];
-    }
-  }
-  s.leftover = live;
-  return s;
-}
-
 void Progress(bool on, const std::string& line) {
   if (!on) return;
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
@@ -169,13 +146,17 @@ absl::StatusOr<LakeShareResult> PlanLakeShare(const LakeShareConfig& config) {
   // The floor, from the traces alone: in each phase, the busy process's
   // live peak plus what the others' last runs left live.
   std::vector<std::string> names;
+  struct TraceShape {
+    uint64_t peak;      // most bytes live at once
+    uint64_t leftover;  // still live at its end (kept while idle)
+  };
   std::vector<TraceShape> shapes;
   for (const std::string& p : config.trace_paths) {
     Progress(config.progress, absl::StrCat("lake: loading ", p));
     absl::StatusOr<Trace> t = LoadTrace(p);
     if (!t.ok()) return t.status();
     names.push_back(t->name);
-    shapes.push_back(ShapeOf(*t));
+    shapes.push_back({t->peak_live_bytes, t->end_live_bytes});
   }
   LakeShareResult result;
   std::vector<bool> started(n, false);

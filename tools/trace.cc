@@ -65,6 +65,7 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path) {
       live_ids.erase(it);
     }
   }
+  t.end_live_bytes = live;
   const bool eof_ok = gzeof(f);
   gzclose(f);
   if (!eof_ok) {

@@ -28,6 +28,7 @@ struct Trace {
   std::vector<uint64_t> streams;  // the trace's stream ids, by index
   uint32_t num_ids = 0;
   uint64_t peak_live_bytes = 0;  // most bytes live at once
+  uint64_t end_live_bytes = 0;   // still live after the last event
 };
 
 // Reads a .trace.gz (or plain text) trace. Frees of unknown addresses are

@@ -35,17 +35,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-inline absl::Status StatusOf(const absl::Status& s) { return s; }
-template <typename T>
-absl::Status StatusOf(const absl::StatusOr<T>& s) {
-  return s.status();
-}
-
-#define ASSERT_OK(expr)                                  \
-  if (const absl::Status _s = StatusOf(expr); _s.ok()) { \
-  } else                                                 \
-    FAIL() << #expr << ": " << _s
-
 constexpr uint64_t kChunk = 2 << 20;
 
 // A session driven by hand from this process.

@@ -89,12 +89,6 @@ absl::StatusOr<int> WaitExit(pid_t pid, absl::Duration timeout) {
 
 }  // namespace
 
-std::string RunfilePath(const std::string& rel) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  if (srcdir != nullptr) return absl::StrCat(srcdir, "/gmlake/", rel);
-  return absl::StrCat("bazel-bin/", rel);
-}
-
 absl::StatusOr<std::string> ParseAnswer(const std::string& line) {
   if (line == "ok") return std::string();
   if (line.rfind("ok ", 0) == 0) return line.substr(3);

@@ -20,13 +20,10 @@
 #include "common/unique_fd.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
+#include "tests/test_paths.h"
 
 namespace gmlake {
 namespace testing {
-
-// The path of a file of this workspace in the test's runfiles (e.g.
-// "daemon/gmlaked"), or relative to bazel-bin outside of `bazel test`.
-std::string RunfilePath(const std::string& workspace_relative);
 
 // A running gmlaked.
 class Daemon {
@@ -112,6 +109,19 @@ absl::StatusOr<CommandResult> RunCommand(
 
 // Parses "err CODE message" / "ok rest" lines.
 absl::StatusOr<std::string> ParseAnswer(const std::string& line);
+
+inline absl::Status StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Fails the test with the status when `expr` is not OK; more text may be
+// streamed after it.
+#define ASSERT_OK(expr)                                                     \
+  if (const absl::Status _s = ::gmlake::testing::StatusOf(expr); _s.ok()) { \
+  } else                                                                    \
+    FAIL() << #expr << ": " << _s
 
 }  // namespace testing
 }  // namespace gmlake

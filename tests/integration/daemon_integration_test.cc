@@ -28,19 +28,6 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kChunk = 2 << 20;
 
-inline absl::Status StatusOf(const absl::Status& s) { return s; }
-template <typename T>
-absl::Status StatusOf(const absl::StatusOr<T>& s) {
-  return s.status();
-}
-
-// Fails the test with the status when `expr` is not OK; more text may be
-// streamed after it.
-#define ASSERT_OK(expr)                                  \
-  if (const absl::Status _s = StatusOf(expr); _s.ok()) { \
-  } else                                                 \
-    FAIL() << #expr << ": " << _s
-
 #define ASSERT_BOOKS(daemon)                                                 \
   do {                                                                       \
     absl::Status _b = (daemon)->CheckBooks();                                \
