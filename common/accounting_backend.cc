@@ -120,6 +120,11 @@ absl::Status AccountingBackend::DoSyncEvent(EventHandle event) {
   return books_.EventDoneAt(event).status();
 }
 
+absl::Status AccountingBackend::DoWaitEventOnStream(StreamHandle /*stream*/,
+                                                    EventHandle event) {
+  return books_.EventDoneAt(event).status();
+}
+
 absl::Status AccountingBackend::Fill(DevicePtr, uint8_t, size_t) {
   return NoMemory("Fill");
 }

@@ -82,6 +82,8 @@ class AccountingBackend : public VmmBackend {
   absl::Status DoRecordEvent(EventHandle event, StreamHandle stream) override;
   absl::StatusOr<bool> DoQueryEvent(EventHandle event) override;
   absl::Status DoSyncEvent(EventHandle event) override;
+  absl::Status DoWaitEventOnStream(StreamHandle stream,
+                                   EventHandle event) override;
 
  private:
   explicit AccountingBackend(const Options& options);

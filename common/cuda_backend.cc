@@ -104,6 +104,8 @@ class CudaBackend final : public VmmBackend {
   absl::Status DoRecordEvent(EventHandle event, StreamHandle stream) override;
   absl::StatusOr<bool> DoQueryEvent(EventHandle event) override;
   absl::Status DoSyncEvent(EventHandle event) override;
+  absl::Status DoWaitEventOnStream(StreamHandle stream,
+                                   EventHandle event) override;
 
  private:
   struct Device {
@@ -801,6 +803,30 @@ absl::Status CudaBackend::DoSyncEvent(EventHandle event) {
   if (CUresult r = driver_.cuEventSynchronize(reinterpret_cast<CUevent>(event));
       r != CUDA_SUCCESS) {
     return Error(r, absl::StrCat("cuEventSynchronize(event=", Hex(event), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoWaitEventOnStream(StreamHandle stream,
+                                              EventHandle event) {
+  int device = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("WaitEventOnStream: event ", Hex(event),
+                       " was not created through this backend"));
+    }
+    device = it->second;
+  }
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
+  if (CUresult r = driver_.cuStreamWaitEvent(reinterpret_cast<CUstream>(stream),
+                                             reinterpret_cast<CUevent>(event),
+                                             /*Flags=*/0);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuStreamWaitEvent(stream=", Hex(stream),
+                                 ", event=", Hex(event), ")"));
   }
   return absl::OkStatus();
 }

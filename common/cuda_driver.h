@@ -64,6 +64,7 @@ namespace gmlake {
   X(cuEventQuery, 2000)                    \
   X(cuEventSynchronize, 2000)              \
   X(cuEventDestroy, 4000)                  \
+  X(cuStreamWaitEvent, 3020)               \
   X(cuStreamSynchronize, 2000)             \
   X(cuMemsetD8, 3020)                      \
   X(cuMemcpyHtoD, 3020)                    \

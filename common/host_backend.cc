@@ -228,6 +228,11 @@ absl::StatusOr<bool> HostBackend::DoQueryEvent(EventHandle event) {
   return *done == absl::InfinitePast() || absl::Now() >= *done;
 }
 
+absl::Status HostBackend::DoWaitEventOnStream(StreamHandle /*stream*/,
+                                              EventHandle event) {
+  return books_.EventDoneAt(event).status();
+}
+
 absl::Status HostBackend::DoSyncEvent(EventHandle event) {
   absl::StatusOr<absl::Time> done = books_.EventDoneAt(event);
   if (!done.ok()) return done.status();

@@ -98,6 +98,10 @@ class HostBackend : public VmmBackend {
   absl::Status DoRecordEvent(EventHandle event, StreamHandle stream) override;
   absl::StatusOr<bool> DoQueryEvent(EventHandle event) override;
   absl::Status DoSyncEvent(EventHandle event) override;
+  // Host streams run nothing, so there is nothing to order; the event must
+  // still be live.
+  absl::Status DoWaitEventOnStream(StreamHandle stream,
+                                   EventHandle event) override;
 
  private:
   HostBackend(const Options& options, uint64_t fd_limit);

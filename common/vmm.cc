@@ -10,10 +10,10 @@ namespace gmlake {
 namespace {
 
 constexpr absl::string_view kCallNames[kNumVmmCalls] = {
-    "create",        "release",      "export",       "import",
-    "reserve",       "free",         "map",          "unmap",
-    "set_access",    "event_create", "event_destroy", "event_record",
-    "event_query",   "event_sync",
+    "create",      "release",      "export",        "import",
+    "reserve",     "free",         "map",           "unmap",
+    "set_access",  "event_create", "event_destroy", "event_record",
+    "event_query", "event_sync",   "stream_wait",
 };
 
 // Times one call and adds it to the counters when it goes out of scope.
@@ -34,9 +34,8 @@ class CallTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-bool IsEventCall(int i) {
-  return i >= static_cast<int>(VmmCall::kEventCreate);
-}
+// Event and stream calls: everything from kEventCreate on.
+bool IsEventCall(int i) { return i >= static_cast<int>(VmmCall::kEventCreate); }
 
 }  // namespace
 
@@ -83,7 +82,8 @@ VmmCallSnapshot VmmCallStats::Snapshot() const {
   return s;
 }
 
-// --- Counting wrappers ---------------------------------------------------------
+// --- Counting wrappers
+// ---------------------------------------------------------
 
 absl::StatusOr<ChunkHandle> VmmBackend::CreateChunk(int device, size_t size) {
   CallTimer t(&stats_, VmmCall::kCreate);
@@ -158,7 +158,14 @@ absl::Status VmmBackend::SyncEvent(EventHandle event) {
   return DoSyncEvent(event);
 }
 
-// --- RAII owners ---------------------------------------------------------------
+absl::Status VmmBackend::WaitEventOnStream(StreamHandle stream,
+                                           EventHandle event) {
+  CallTimer t(&stats_, VmmCall::kStreamWait);
+  return DoWaitEventOnStream(stream, event);
+}
+
+// --- RAII owners
+// ---------------------------------------------------------------
 
 Chunk& Chunk::operator=(Chunk&& o) noexcept {
   if (this != &o) {

@@ -70,6 +70,7 @@ enum class VmmCall : int {
   kEventRecord,
   kEventQuery,
   kEventSync,
+  kStreamWait,
   kNumCalls,
 };
 inline constexpr int kNumVmmCalls = static_cast<int>(VmmCall::kNumCalls);
@@ -176,6 +177,11 @@ class VmmBackend {
   absl::StatusOr<bool> QueryEvent(EventHandle event);
   // Blocks until it has.
   absl::Status SyncEvent(EventHandle event);
+  // Makes the work queued on `stream` from now on wait, on the device, for
+  // the work before `event`'s last record. The host does not wait: this is
+  // how memory last used on one stream is handed to another without
+  // stopping the caller (cuStreamWaitEvent).
+  absl::Status WaitEventOnStream(StreamHandle stream, EventHandle event);
 
   // --- Memory access, for tests and scrubbing -------------------------------
 
@@ -209,6 +215,8 @@ class VmmBackend {
                                      StreamHandle stream) = 0;
   virtual absl::StatusOr<bool> DoQueryEvent(EventHandle event) = 0;
   virtual absl::Status DoSyncEvent(EventHandle event) = 0;
+  virtual absl::Status DoWaitEventOnStream(StreamHandle stream,
+                                           EventHandle event) = 0;
 
  private:
   VmmCallStats stats_;
@@ -260,8 +268,7 @@ class VirtualRange {
   VirtualRange(const VirtualRange&) = delete;
   VirtualRange& operator=(const VirtualRange&) = delete;
 
-  static absl::StatusOr<VirtualRange> Reserve(VmmBackend* backend,
-                                              size_t size,
+  static absl::StatusOr<VirtualRange> Reserve(VmmBackend* backend, size_t size,
                                               size_t alignment = 0);
 
   DevicePtr base() const { return base_; }

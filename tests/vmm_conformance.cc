@@ -536,6 +536,8 @@ TEST_P(VmmConformanceTest, Events) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_TRUE(*done) << "an event never recorded is complete";
   ASSERT_TRUE(backend()->RecordEvent(*e, 0).ok());
+  // A stream may wait for it on the device, the host going on at once.
+  ASSERT_TRUE(backend()->WaitEventOnStream(0, *e).ok());
   ASSERT_TRUE(backend()->SyncEvent(*e).ok());
   done = backend()->QueryEvent(*e);
   ASSERT_TRUE(done.ok());
@@ -545,6 +547,7 @@ TEST_P(VmmConformanceTest, Events) {
   EXPECT_CODE(kNotFound, backend()->RecordEvent(*e, 0));
   EXPECT_CODE(kNotFound, backend()->QueryEvent(*e));
   EXPECT_CODE(kNotFound, backend()->SyncEvent(*e));
+  EXPECT_CODE(kNotFound, backend()->WaitEventOnStream(0, *e));
   EXPECT_CODE(kInvalidArgument, backend()->CreateEvent(-1));
   EXPECT_CODE(kInvalidArgument,
               backend()->CreateEvent(backend()->device_count()));
@@ -576,6 +579,7 @@ TEST_P(VmmConformanceTest, CallCountersCountTheCallsMade) {
   ASSERT_TRUE(backend()->RecordEvent(*e, 0).ok());
   ASSERT_TRUE(backend()->QueryEvent(*e).ok());
   ASSERT_TRUE(backend()->SyncEvent(*e).ok());
+  ASSERT_TRUE(backend()->WaitEventOnStream(0, *e).ok());
   ASSERT_TRUE(backend()->DestroyEvent(*e).ok());
   const VmmCallSnapshot d = backend()->call_stats() - before;
 
@@ -590,11 +594,11 @@ TEST_P(VmmConformanceTest, CallCountersCountTheCallsMade) {
   EXPECT_EQ(d.Count(VmmCall::kRelease), 3u);
   for (VmmCall c :
        {VmmCall::kEventCreate, VmmCall::kEventRecord, VmmCall::kEventQuery,
-        VmmCall::kEventSync, VmmCall::kEventDestroy}) {
+        VmmCall::kEventSync, VmmCall::kStreamWait, VmmCall::kEventDestroy}) {
     EXPECT_EQ(d.Count(c), 1u) << VmmCallName(c);
   }
   EXPECT_EQ(d.MemoryCalls(), 14u);
-  EXPECT_EQ(d.TotalCalls(), 19u);
+  EXPECT_EQ(d.TotalCalls(), 20u);
   EXPECT_GT(d.TotalNanos(), 0u);
   // Mean microseconds per call, for the GPU run's report.
   for (VmmCall c :
