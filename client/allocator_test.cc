@@ -396,5 +396,135 @@ TEST_F(AllocatorTest, FastPathDoesNotWaitBehindASlowPathsDriverCalls) {
   ASSERT_TRUE(allocator_->Free(keep).ok());
 }
 
+// A stitch maps the chunks it takes a second time, where they are needed,
+// and leaves them mapped where they were freed, for the kernels still
+// queued there; those old pages are unmapped once the stream has finished
+// with them. So a program on one stream never waits for the GPU in malloc.
+TEST_F(AllocatorTest, StitchingOnOneStreamNeverWaitsForTheGpu) {
+  Make(8 * kChunk);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/3));
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  // The stream's queued work finishes only 300 ms from any event's record.
+  host_->set_event_delay(absl::Milliseconds(300));
+  const VmmCallSnapshot before = host_->call_stats();
+  DevicePtr big = MustMalloc(4 * kChunk, 3);
+  ASSERT_NE(big, 0u);
+  const VmmCallSnapshot d = host_->call_stats() - before;
+  AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.stitches, 1);
+  EXPECT_EQ(s.host_waits, 0);
+  EXPECT_EQ(d.Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(d.Count(VmmCall::kUnmap), 0u) << "moved, not aliased";
+  EXPECT_EQ(s.chunks_retiring, 4);
+  // The freed blocks' pages still reach the same memory: an alias.
+  std::memset(reinterpret_cast<void*>(big), 0x5a, 4 * kChunk);
+  for (int i = 0; i < 8; i += 2) {
+    EXPECT_EQ(reinterpret_cast<const uint8_t*>(p[i])[kChunk / 2], 0x5a) << i;
+  }
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  // Once the stream has finished, the next slow path unmaps the old pages.
+  absl::SleepFor(absl::Milliseconds(350));
+  EXPECT_FALSE(allocator_->Malloc(kChunk, 0, 3).ok());  // full: a slow path
+  s = allocator_->stats(0);
+  EXPECT_EQ(s.chunks_retiring, 0);
+  EXPECT_EQ((host_->call_stats() - before).Count(VmmCall::kUnmap), 4u);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(big).ok());
+  for (int i = 1; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 8 * kChunk);
+  EXPECT_EQ(lake_->held_bytes(0), 0u);
+}
+
+// Memory last used on another stream is handed over on the device: the
+// requesting stream waits for the other's work, the host does not.
+TEST_F(AllocatorTest, StitchingAcrossStreamsWaitsOnTheDeviceNotTheHost) {
+  Make(8 * kChunk);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/1));
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  host_->set_event_delay(absl::Milliseconds(300));
+  const VmmCallSnapshot before = host_->call_stats();
+  DevicePtr big = MustMalloc(4 * kChunk, /*stream=*/2);
+  ASSERT_NE(big, 0u);
+  const VmmCallSnapshot d = host_->call_stats() - before;
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  EXPECT_EQ(d.Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(d.Count(VmmCall::kStreamWait), 1u);
+  // A whole free block of stream 1, reused on stream 2: the same.
+  ASSERT_TRUE(allocator_->Free(p[1]).ok());
+  DevicePtr again = MustMalloc(kChunk, 2);
+  EXPECT_EQ(again, p[1]);
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  EXPECT_EQ((host_->call_stats() - before).Count(VmmCall::kStreamWait), 2u);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+// Issue 10, stranded memory: a chunk shared by free blocks of two streams
+// is neither stitched nor returned while they stay apart.
+TEST_F(AllocatorTest, EmptyCacheReturnsChunksSharedByTwoStreams) {
+  DevicePtr p = MustMalloc(5 * kMiB / 2, /*stream=*/1);
+  DevicePtr q = MustMalloc(5 * kMiB / 4, /*stream=*/2);
+  EXPECT_EQ(q, p + 5 * kMiB / 2) << "q takes p's free tail";
+  ASSERT_TRUE(allocator_->Free(p).ok());
+  ASSERT_TRUE(allocator_->Free(q).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 2 * kChunk);
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, 0);
+  EXPECT_EQ(lake_->held_bytes(0), 0u);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+TEST_F(AllocatorTest, ChunksSharedByTwoStreamsServeALargeRequest) {
+  Make(64 * kMiB);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 16; ++i) {
+    p.push_back(MustMalloc(5 * kMiB / 2, /*stream=*/1));
+    p.push_back(MustMalloc(5 * kMiB / 4, /*stream=*/2));
+  }
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, int64_t{64 * kMiB});
+  for (DevicePtr x : p) ASSERT_TRUE(allocator_->Free(x).ok());
+  auto big = allocator_->Malloc(48 * kMiB, 0, 1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  std::memset(reinterpret_cast<void*>(*big), 1, 48 * kMiB);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(*big).ok());
+}
+
+// Issue 10, spurious out-of-memory: threads on their own streams, live
+// memory at most half the capacity, never run out.
+TEST_F(AllocatorTest, ThreadsOnTheirOwnStreamsDoNotRunOutWithHalfFree) {
+  Make(96 * kMiB);
+  // Each stream's work takes a while: stitches and hand-overs are in flight
+  // longer, as on a busy GPU.
+  host_->set_event_delay(absl::Milliseconds(2));
+  constexpr int kThreads = 8;
+  std::atomic<int> ooms{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::uniform_int_distribution<size_t> size(kMiB / 2, 3 * kMiB);
+      std::vector<DevicePtr> live;
+      for (int i = 0; i < 300; ++i) {
+        if (live.size() == 2) {
+          ASSERT_TRUE(allocator_->Free(live[i % 2]).ok());
+          live.erase(live.begin() + i % 2);
+        }
+        auto p = allocator_->Malloc(size(rng), 0, /*stream=*/10 + t);
+        if (!p.ok()) {
+          ++ooms;
+          continue;
+        }
+        live.push_back(*p);
+      }
+      for (DevicePtr p : live) ASSERT_TRUE(allocator_->Free(p).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ooms.load(), 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  allocator_->EmptyCache();
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, 0);
+}
 }  // namespace
 }  // namespace gmlake

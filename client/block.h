@@ -42,6 +42,9 @@ struct Block {
   Segment* segment = nullptr;
   Pool* pool = nullptr;  // the stream it belongs to
   uint32_t bin = 0;
+  // When it was last freed (the allocator's count of frees): a free block
+  // whose free came before a wait for every stream is no longer in use.
+  uint64_t free_seq = 0;
   BlockState state = BlockState::kDetached;
 
   DevicePtr end() const { return addr + size; }

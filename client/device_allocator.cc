@@ -39,7 +39,9 @@ DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
 
 DeviceAllocator::~DeviceAllocator() {
   MutexLock lock(&mu_);
-  SettleAll().IgnoreError();
+  while (slow_paths_ > 0) slow_path_done_.Wait(&mu_);
+  SettleAll(&AllocatorStats::reclaim_waits).IgnoreError();
+  UnmapRetired(&AllocatorStats::reclaim_waits);
   std::vector<SizedChunk> chunks = std::move(cached_);
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& arena : *arenas) {
@@ -83,14 +85,23 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
     pool->free.Remove(b);
   } else {
     absl::StatusOr<Block*> grown = Grow(pool, rounded);
-    if (!grown.ok() && absl::IsResourceExhausted(grown.status())) {
-      // Before failing: wait for every stream, so that memory held back for
-      // other streams' work becomes usable, and try once more.
+    for (int round = 0;
+         round < 3 && !grown.ok() && absl::IsResourceExhausted(grown.status());
+         ++round) {
+      // Before failing, get back what is free but not usable yet and try
+      // again: memory other threads' slow paths hold in flight, memory held
+      // back for other streams' work, free blocks of different streams that
+      // share a chunk, and old pages of stitched chunks.
       ++stats_.num_alloc_retries;
-      if (SettleAll().ok()) {
-        ProcessPending();
-        grown = Grow(pool, rounded);
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (slow_paths_ > 0 &&
+             !slow_path_done_.WaitWithDeadline(&mu_, deadline)) {
       }
+      if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
+      ProcessPending();
+      UnmapRetired(&AllocatorStats::host_waits);
+      MergeSettledNeighbours();
+      grown = Grow(pool, rounded);
     }
     if (!grown.ok()) {
       ++stats_.num_ooms;
@@ -178,7 +189,7 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
       // block is never lost nor reused too early.
       idle_events_.insert(idle_events_.end(), pending.events.begin(),
                           pending.events.end());
-      absl::Status settled = SettleAll();
+      absl::Status settled = SettleAll(&AllocatorStats::host_waits);
       MakeReusable(b);
       return settled;
     }
@@ -188,6 +199,7 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
 }
 
 void DeviceAllocator::MakeReusable(Block* b) {
+  b->free_seq = ++free_seq_;
   stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
   stats_.active.Add(-1);
   stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
@@ -196,6 +208,7 @@ void DeviceAllocator::MakeReusable(Block* b) {
 
 void DeviceAllocator::Absorb(Block* b, Block* next) {
   b->size += next->size;
+  b->free_seq = std::max(b->free_seq, next->free_seq);
   b->next = next->next;
   if (next->next != nullptr) next->next->prev = b;
   if (b->segment->tail == next) b->segment->tail = b;
@@ -273,23 +286,45 @@ std::vector<EventHandle> DeviceAllocator::TakeIdleEvents(size_t n) {
   return events;
 }
 
-absl::Status DeviceAllocator::WaitForStreams(
-    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events) {
+absl::Status DeviceAllocator::RecordOn(absl::Span<const StreamHandle> streams,
+                                       std::vector<EventHandle>* events) {
   for (size_t i = 0; i < streams.size(); ++i) {
     if (i == events->size()) {
       absl::StatusOr<EventHandle> e = backend_->CreateEvent(device_);
       if (!e.ok()) return e.status();
       events->push_back(*e);
     }
-    absl::Status s = backend_->RecordEvent((*events)[i], streams[i]);
-    if (s.ok()) s = backend_->SyncEvent((*events)[i]);
-    if (!s.ok()) return s;
+    if (absl::Status s = backend_->RecordEvent((*events)[i], streams[i]);
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllocator::WaitForStreams(
+    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events) {
+  absl::Status s = RecordOn(streams, events);
+  for (size_t i = 0; i < streams.size() && s.ok(); ++i) {
+    s = backend_->SyncEvent((*events)[i]);
+  }
+  return s;
+}
+
+absl::Status DeviceAllocator::HandOver(StreamHandle user,
+                                       absl::Span<const StreamHandle> streams,
+                                       std::vector<EventHandle>* events) {
+  absl::Status s = RecordOn(streams, events);
+  for (size_t i = 0; i < streams.size() && s.ok(); ++i) {
+    // On its own stream, work is ordered already.
+    if (streams[i] != user) s = backend_->WaitEventOnStream(user, (*events)[i]);
+  }
+  return s;
+}
+
 absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
-                                     std::vector<EventHandle> also_wait) {
+                                     std::vector<EventHandle> also_wait,
+                                     WaitCounter counter) {
   std::vector<EventHandle> events = TakeIdleEvents(streams.size());
   mu_.Unlock();
   absl::Status s = WaitForStreams(streams, &events);
@@ -297,11 +332,13 @@ absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
     if (s.ok()) s = backend_->SyncEvent(e);
   }
   mu_.Lock();
+  stats_.*counter += static_cast<int64_t>(streams.size() + also_wait.size());
   idle_events_.insert(idle_events_.end(), events.begin(), events.end());
   return s;
 }
 
-absl::Status DeviceAllocator::SettleAll() {
+absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
+  const uint64_t seq = free_seq_;
   std::vector<StreamHandle> streams;
   for (auto& p : pools_) {
     if (std::find(streams.begin(), streams.end(), p->stream) == streams.end()) {
@@ -313,7 +350,116 @@ absl::Status DeviceAllocator::SettleAll() {
     pending_events.insert(pending_events.end(), p.events.begin(),
                           p.events.end());
   }
-  return Settle(std::move(streams), std::move(pending_events));
+  absl::Status s =
+      Settle(std::move(streams), std::move(pending_events), counter);
+  if (s.ok()) settled_seq_ = std::max(settled_seq_, seq);
+  return s;
+}
+
+void DeviceAllocator::MergeSettledNeighbours() {
+  for (auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (auto& a : *arenas) {
+      for (auto& [first, seg] : a->segments) {
+        for (Block* b = seg->head; b != nullptr && b->next != nullptr;) {
+          Block* n = b->next;
+          if (b->state != BlockState::kFree || n->state != BlockState::kFree ||
+              b->pool == n->pool || b->free_seq > settled_seq_ ||
+              n->free_seq > settled_seq_) {
+            b = n;
+            continue;
+          }
+          b->pool->free.Remove(b);
+          n->pool->free.Remove(n);
+          Absorb(b, n);
+          // b may now touch a free block of its own pool beyond n.
+          b = InsertFree(b);
+        }
+      }
+    }
+  }
+}
+
+void DeviceAllocator::UnmapRetired(WaitCounter counter) {
+  std::vector<Retired> work;
+  work.swap(retired_);
+  if (work.empty()) return;
+  ++slow_paths_;
+  int64_t waits = 0;
+  // Per run of each entry: unmapped now.
+  std::vector<std::vector<bool>> unmapped(work.size());
+  mu_.Unlock();
+  for (size_t i = 0; i < work.size(); ++i) {
+    bool finished = true;
+    for (EventHandle e : work[i].events) {
+      if (counter != nullptr) {
+        ++waits;
+        finished = backend_->SyncEvent(e).ok();
+      } else {
+        absl::StatusOr<bool> done = backend_->QueryEvent(e);
+        finished = done.ok() && *done;
+      }
+      if (!finished) break;
+    }
+    unmapped[i].assign(work[i].runs.size(), false);
+    if (!finished) continue;
+    for (size_t j = 0; j < work[i].runs.size(); ++j) {
+      const Detached& d = work[i].runs[j];
+      // A run whose unmap fails stays in flight: its address space is lost,
+      // never its chunks, which are mapped elsewhere too.
+      unmapped[i][j] =
+          UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks).ok();
+    }
+  }
+  mu_.Lock();
+  if (counter != nullptr) stats_.*counter += waits;
+  for (size_t i = 0; i < work.size(); ++i) {
+    Retired left;
+    for (size_t j = 0; j < work[i].runs.size(); ++j) {
+      Detached& d = work[i].runs[j];
+      if (!unmapped[i][j]) {
+        left.runs.push_back(std::move(d));
+        continue;
+      }
+      d.arena->in_flight.erase(d.first_page);
+      for (const SizedChunk& c : d.chunks) retiring_chunks_.erase(c.handle);
+      stats_.chunks_retiring -= static_cast<int64_t>(d.chunks.size());
+    }
+    if (left.runs.empty()) {
+      idle_events_.insert(idle_events_.end(), work[i].events.begin(),
+                          work[i].events.end());
+    } else {
+      left.events = std::move(work[i].events);
+      retired_.push_back(std::move(left));
+    }
+  }
+  --slow_paths_;
+  slow_path_done_.SignalAll();
+}
+
+uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
+  // A chunk still mapped at old pages must not reach another process.
+  std::vector<SizedChunk> keep;
+  chunks.erase(std::remove_if(chunks.begin(), chunks.end(),
+                              [&](const SizedChunk& c) {
+                                if (!retiring_chunks_.contains(c.handle)) {
+                                  return false;
+                                }
+                                keep.push_back(c);
+                                return true;
+                              }),
+               chunks.end());
+  uint64_t bytes = 0;
+  for (const SizedChunk& c : keep) in_transit_bytes_ -= c.size;
+  KeepUnmapped(keep);
+  for (const SizedChunk& c : chunks) bytes += c.size;
+  if (chunks.empty()) return 0;
+  mu_.Unlock();
+  source_->ReturnSized(device_, chunks);
+  mu_.Lock();
+  in_transit_bytes_ -= bytes;
+  stats_.chunks_returned += static_cast<int64_t>(chunks.size());
+  stats_.reserved_bytes.Add(-static_cast<int64_t>(bytes));
+  return bytes;
 }
 
 // --- The slow path ----------------------------------------------------------
@@ -332,8 +478,17 @@ Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
     Block* b = other->free.Find(size);
     if (b == nullptr) continue;
     other->free.Remove(b);
-    // The block's last user may still be running on its stream.
-    if (!Settle({other->stream}).ok()) {
+    b->state = BlockState::kDetached;
+    // The block's last user may still be running on its stream: the new
+    // one waits for it on the device, not here.
+    std::vector<EventHandle> events = TakeIdleEvents(1);
+    mu_.Unlock();
+    const StreamHandle streams[] = {other->stream};
+    const absl::Status handed = HandOver(pool->stream, streams, &events);
+    mu_.Lock();
+    idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+    b->state = BlockState::kFree;
+    if (!handed.ok()) {
       InsertFree(b);
       continue;
     }
@@ -436,6 +591,7 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
 absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   // Another thread can leave the books other than planned while the lock
   // is down (it never takes what is in flight); then plan again.
+  if (!retired_.empty()) UnmapRetired(nullptr);
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (Block* b = TakeFromOtherStream(pool, size)) return b;
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
@@ -459,8 +615,19 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
 
     std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+    ++slow_paths_;
     mu_.Unlock();
-    absl::Status status = UnmapStolen(streams, &events, &stolen, &chunks);
+    // The stolen chunks stay mapped where they were, for the kernels queued
+    // on them (unmapping does not wait for kernels), and are mapped here as
+    // well: the stitch costs no wait for the GPU. Their old pages are
+    // unmapped once the events recorded now have completed.
+    absl::Status status = HandOver(pool->stream, streams, &events);
+    if (status.ok()) {
+      for (Detached& d : stolen) {
+        d.taken = true;
+        chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
+      }
+    }
     absl::StatusOr<std::vector<SizedChunk>> more;
     if (status.ok() && missing != 0) {
       more = source_->AcquireBytes(device_, missing);
@@ -475,8 +642,9 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
                          access_devices_);
     }
     mu_.Lock();
+    --slow_paths_;
+    slow_path_done_.SignalAll();
 
-    idle_events_.insert(idle_events_.end(), events.begin(), events.end());
     // What came from the cache or from free blocks is no longer in transit:
     // it is mapped below, or kept unmapped.
     const uint64_t acquired = (missing != 0 && more.ok()) ? missing : 0;
@@ -485,7 +653,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
       stats_.chunks_acquired += static_cast<int64_t>(more->size());
       stats_.reserved_bytes.Add(static_cast<int64_t>(acquired));
     }
-    FinishSteals(&stolen);
+    FinishSteals(&stolen, &events);
     for (Block* keep : {plan->keep_a, plan->keep_b}) {
       if (keep != nullptr) InsertFree(keep);
     }
@@ -610,17 +778,26 @@ absl::Status DeviceAllocator::UnmapStolen(
       status = UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
     }
     if (!status.ok()) break;
-    d.unmapped = true;
+    d.taken = true;
     into->insert(into->end(), d.chunks.begin(), d.chunks.end());
   }
   return status;
 }
 
-void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen) {
+void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen,
+                                   std::vector<EventHandle>* events) {
+  Retired retired;
   for (Detached& d : *stolen) {
     const size_t pages = PagesOf(d.chunks, page_size_);
+    if (d.taken && events != nullptr) {
+      // Still mapped here: the pages stay in flight until retired.
+      for (const SizedChunk& c : d.chunks) retiring_chunks_.insert(c.handle);
+      stats_.chunks_retiring += static_cast<int64_t>(d.chunks.size());
+      retired.runs.push_back(std::move(d));
+      continue;
+    }
     d.arena->in_flight.erase(d.first_page);
-    if (d.unmapped) continue;
+    if (d.taken) continue;
     // Still mapped where it was (its stream or the unmap failed): put the
     // pages back as free memory of their pool.
     for (const SizedChunk& c : d.chunks) in_transit_bytes_ -= c.size;
@@ -628,6 +805,14 @@ void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen) {
     AdoptPages(d.arena, d.first_page, pages, d.pool);
     stats_.chunks_stolen -= static_cast<int64_t>(pages);
   }
+  if (events == nullptr) return;
+  if (retired.runs.empty()) {
+    idle_events_.insert(idle_events_.end(), events->begin(), events->end());
+  } else {
+    retired.events = std::move(*events);
+    retired_.push_back(std::move(retired));
+  }
+  events->clear();
 }
 
 std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
@@ -752,8 +937,11 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   MutexLock lock(&mu_);
-  SettleAll().IgnoreError();
-  ProcessPending();
+  if (SettleAll(&AllocatorStats::reclaim_waits).ok()) {
+    ProcessPending();
+    MergeSettledNeighbours();
+  }
+  UnmapRetired(&AllocatorStats::reclaim_waits);
   const size_t want = (bytes + page_size_ - 1) / page_size_;
   std::vector<SizedChunk> chunks = TakeCached(want);
   size_t have = PagesOf(chunks, page_size_);
@@ -764,17 +952,16 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
     have += StealBooks(want - have, nullptr, nullptr, &stolen, &streams);
   }
   std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  ++slow_paths_;
   mu_.Unlock();
   UnmapStolen(streams, &events, &stolen, &chunks).IgnoreError();
-  if (!chunks.empty()) source_->ReturnSized(device_, chunks);
   mu_.Lock();
+  --slow_paths_;
+  slow_path_done_.SignalAll();
+  stats_.reclaim_waits += static_cast<int64_t>(streams.size());
   idle_events_.insert(idle_events_.end(), events.begin(), events.end());
-  const uint64_t returned = PagesOf(chunks, page_size_) * page_size_;
-  in_transit_bytes_ -= returned;
-  FinishSteals(&stolen);
-  stats_.chunks_returned += static_cast<int64_t>(chunks.size());
-  stats_.reserved_bytes.Add(-static_cast<int64_t>(returned));
-  return returned;
+  FinishSteals(&stolen, nullptr);
+  return GiveBack(std::move(chunks));
 }
 
 uint64_t DeviceAllocator::EmptyCache() {

@@ -8,16 +8,20 @@
 // larger ones from the large arena. Each (stream, kind) has a Pool whose
 // FreeIndex finds a fitting free block in O(1): the fast path, which makes
 // no driver call and allocates no memory. When nothing fits (the slow path):
-//   1. a free block of another stream is taken once that stream's work up
-//      to now has finished (an event recorded and waited for);
+//   1. a free block of another stream is taken, the requesting stream made
+//      to wait on the device for that stream's work (the host goes on);
 //   2. the policy (stitch_policy.h) picks a gap of the arena to map chunks
 //      into, next to free bytes it can join;
 //   3. chunks come from those held unmapped, then from free blocks elsewhere
-//      (whole free pages unmapped there and mapped here: the stitch), and
+//      (whole free chunks mapped here as well: the stitch; their old pages
+//      are unmapped later, once the work queued on them has finished), and
 //      only then from the lake (ChunkSource);
-//   4. if the lake says no, every stream is waited for and it tries once
-//      more, then fails with an out-of-memory status that says what was
-//      asked, live, reserved and cached.
+//   4. if the lake says no, it waits for other threads' slow paths and every
+//      stream, merges what that freed, and tries again, then fails with an
+//      out-of-memory status that says what was asked, live, reserved and
+//      cached.
+// malloc and free of a program on one stream never wait for the GPU
+// (stats().host_waits stays 0).
 // Freed blocks merge with free neighbours of the same pool and stay mapped,
 // so the sizes a training step repeats are served by the fast path.
 
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -102,17 +107,42 @@ class DeviceAllocator {
   // Up to `n` events from the idle list.
   std::vector<EventHandle> TakeIdleEvents(size_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records an event on each stream and waits for it; creates events when
-  // `events` has too few. Called without mu_.
+  // Records an event on each of `streams` into `events` (creating events
+  // when it has too few). Called without mu_.
+  absl::Status RecordOn(absl::Span<const StreamHandle> streams,
+                        std::vector<EventHandle>* events);
+  // RecordOn, then blocks until each event completed. Called without mu_.
   absl::Status WaitForStreams(absl::Span<const StreamHandle> streams,
                               std::vector<EventHandle>* events);
+  // RecordOn, then makes `user` wait on the device for each stream other
+  // than itself: memory last used on `streams` may then be used on `user`
+  // at once. The host does not wait. Called without mu_.
+  absl::Status HandOver(StreamHandle user,
+                        absl::Span<const StreamHandle> streams,
+                        std::vector<EventHandle>* events);
+  // Which counter a wait for the GPU adds to.
+  using WaitCounter = int64_t AllocatorStats::*;
   // Waits until the work queued on `streams` so far has finished, and for
-  // `also_wait`. Releases mu_ while it waits.
+  // `also_wait`; counts the waits in `counter`. Releases mu_ while it waits.
   absl::Status Settle(std::vector<StreamHandle> streams,
-                      std::vector<EventHandle> also_wait = {})
+                      std::vector<EventHandle> also_wait, WaitCounter counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settle for every stream this device has seen and every pending free.
-  absl::Status SettleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SettleAll(WaitCounter counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adjacent free blocks of different streams, both freed before the last
+  // completed SettleAll, become one, so chunks they share can be stitched
+  // or returned.
+  void MergeSettledNeighbours() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the old pages of stitched chunks whose streams have finished
+  // with them; with `counter`, waits for those that have not (counting the
+  // waits there). Releases mu_ for the calls.
+  void UnmapRetired(WaitCounter counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives chunks back to the source, except those still mapped at an old
+  // address (kept unmapped-cached until a later reclaim). Releases mu_ for
+  // the source. Returns the bytes given.
+  uint64_t GiveBack(std::vector<SizedChunk> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- The slow path (device_allocator.cc explains the locking) ---
 
@@ -125,13 +155,22 @@ class DeviceAllocator {
     Block* keep_a = nullptr;  // free tail of the segment on the left
     Block* keep_b = nullptr;  // free head of the segment on the right
   };
-  // Chunks taken out of a free block, unmapped with the lock down.
+  // Chunks taken out of a free block while the lock is down.
   struct Detached {
     Arena* arena = nullptr;
     size_t first_page = 0;
     Pool* pool = nullptr;
     std::vector<SizedChunk> chunks;
-    bool unmapped = false;
+    // The chunks went to the caller (unmapped here by a reclaim; by a stitch
+    // still mapped here, to be unmapped when retired).
+    bool taken = false;
+  };
+  // The old pages of chunks a stitch took: still mapped (kernels queued
+  // before the stitch may use them) and in flight until `events`, recorded
+  // on the streams that used them last, have completed.
+  struct Retired {
+    std::vector<Detached> runs;
+    std::vector<EventHandle> events;
   };
 
   // A free block of at least `size` bytes for `pool`, out of the index.
@@ -155,14 +194,16 @@ class DeviceAllocator {
                     std::vector<StreamHandle>* streams)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without mu_: waits for `streams`, then unmaps the stolen runs (each
-  // marked unmapped) and appends their chunks to `into`.
+  // marked taken) and appends their chunks to `into`.
   absl::Status UnmapStolen(absl::Span<const StreamHandle> streams,
                            std::vector<EventHandle>* events,
                            std::vector<Detached>* stolen,
                            std::vector<SizedChunk>* into);
-  // After the unmapping: ends the steals; those not unmapped go back where
-  // they were, as free memory.
-  void FinishSteals(std::vector<Detached>* stolen)
+  // Ends the steals: runs not taken go back where they were, as free
+  // memory. Taken runs were unmapped (a reclaim: `events` null) or are
+  // still mapped, and retire with `events` (a stitch).
+  void FinishSteals(std::vector<Detached>* stolen,
+                    std::vector<EventHandle>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes pages [q0, q1) of free block `f` (whole chunks) out of the books,
   // splitting its segment around them, and marks them in flight.
@@ -205,6 +246,18 @@ class DeviceAllocator {
   };
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
+  // Chunks of retired runs (still mapped at their old pages): never given
+  // back to the source until unmapped there.
+  absl::flat_hash_set<ChunkHandle> retiring_chunks_ ABSL_GUARDED_BY(mu_);
+  // Slow paths and reclaims under way with mu_ down (they hold memory in
+  // flight); a malloc about to fail waits for them first.
+  int slow_paths_ ABSL_GUARDED_BY(mu_) = 0;
+  // Frees so far; blocks freed at or before settled_seq_ were freed before
+  // a completed wait for every stream.
+  uint64_t free_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t settled_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar slow_path_done_;
   std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Held chunks on their way between mapped and cached/returned while a

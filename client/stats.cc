@@ -38,6 +38,9 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   chunks_acquired += o.chunks_acquired;
   chunks_returned += o.chunks_returned;
   cross_stream_reuses += o.cross_stream_reuses;
+  host_waits += o.host_waits;
+  reclaim_waits += o.reclaim_waits;
+  chunks_retiring += o.chunks_retiring;
   cached_chunks += o.cached_chunks;
 }
 
@@ -68,6 +71,9 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.chunks_acquired\":", chunks_acquired,
       ",\"gmlake.chunks_returned\":", chunks_returned,
       ",\"gmlake.cross_stream_reuses\":", cross_stream_reuses,
+      ",\"gmlake.host_waits\":", host_waits,
+      ",\"gmlake.reclaim_waits\":", reclaim_waits,
+      ",\"gmlake.chunks_retiring\":", chunks_retiring,
       ",\"gmlake.cached_chunks\":", cached_chunks);
   for (int i = 0; i < kNumVmmCalls; ++i) {
     absl::StrAppend(&out, ",\"gmlake.driver_calls.",

@@ -45,6 +45,15 @@ struct AllocatorStats {
   int64_t chunks_acquired = 0;  // chunks taken from the lake
   int64_t chunks_returned = 0;  // chunks given back to the lake
   int64_t cross_stream_reuses = 0;
+  // Times malloc or free blocked the calling thread until GPU work finished
+  // (an event or stream synchronisation). The design keeps this at 0 for a
+  // program on one stream: docs/design.md, "No waiting in malloc or free".
+  int64_t host_waits = 0;
+  // The same, for empty_cache and reclaims (memory leaving the process).
+  int64_t reclaim_waits = 0;
+  // Stitches that took chunks still mapped where they were freed: those
+  // pages are unmapped once the stream's work on them has finished.
+  int64_t chunks_retiring = 0;   // such chunks not yet unmapped there
   int64_t cached_chunks = 0;     // held but unmapped
   VmmCallSnapshot driver_calls;  // of the backend, filled in by stats()
 
