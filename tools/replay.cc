@@ -62,12 +62,24 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
       }
       r.timer_ns_p50 = Percentile(&empty, 0.5);
     }
+    std::vector<uint64_t> live_size(trace.num_ids, 0);
+    uint64_t live = 0;
     const VmmCallSnapshot start = (*backend)->call_stats();
     VmmCallSnapshot at_half = start;
     const Clock::time_point t0 = Clock::now();
     for (size_t i = 0; i < n; ++i) {
       if (i == half) at_half = (*backend)->call_stats();
       const TraceEvent& e = trace.events[i];
+      if (e.alloc) {
+        live_size[e.id] = e.size;
+        live += e.size;
+        if (i < half) {
+          r.first_half_peak_live_bytes =
+              std::max(r.first_half_peak_live_bytes, live);
+        }
+      } else {
+        live -= live_size[e.id];
+      }
       Clock::time_point a;
       if (config.time_ops) a = Clock::now();
       if (e.alloc) {
@@ -103,6 +115,14 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     r.calls = end - start;
     r.calls_second_half = end - at_half;
     r.stats = allocator.stats(0);
+    if (trace.peak_live_bytes > r.first_half_peak_live_bytes) {
+      const uint64_t chunk = options->chunk_size != 0
+                                 ? options->chunk_size
+                                 : (*backend)->granularity(0);
+      const uint64_t added =
+          trace.peak_live_bytes - r.first_half_peak_live_bytes;
+      r.calls_for_second_half_peak = 2 * ((added + chunk - 1) / chunk);
+    }
     r.peak_reserved_bytes = static_cast<uint64_t>(r.stats.reserved_bytes.peak);
     r.ns_per_op_p50 = Percentile(&nanos, 0.50);
     r.ns_per_op_p99 = Percentile(&nanos, 0.99);

@@ -33,6 +33,13 @@ struct ReplayResult {
   VmmCallSnapshot calls;              // memory-changing calls, whole replay
   VmmCallSnapshot calls_second_half;  // from the middle event on
   AllocatorStats stats;               // at the last event
+  // The most bytes live among the first half of the events (the second
+  // half's peak is the trace's, when higher).
+  uint64_t first_half_peak_live_bytes = 0;
+  // The fewest memory calls any allocator with this chunk size makes to
+  // map what the second half adds to the first half's live peak: one
+  // create and one map per chunk.
+  uint64_t calls_for_second_half_peak = 0;
   int64_t allocated_after_frees = 0;  // after freeing what the trace left
   double ns_per_op_p50 = 0;           // over the second half (time_ops)
   double ns_per_op_p99 = 0;

@@ -287,6 +287,10 @@ int Main(int argc, char** argv) {
             r->calls_second_half.count[c];
       }
     }
+    out["host_waits"] = r->stats.host_waits;
+    out["unmaps"] = r->calls.Count(VmmCall::kUnmap);
+    out["first_half_peak_live_bytes"] = r->first_half_peak_live_bytes;
+    out["calls_for_second_half_peak"] = r->calls_for_second_half_peak;
     out["stitches"] = r->stats.stitches;
     out["chunks_stolen"] = r->stats.chunks_stolen;
     out["ns_per_op_p50"] = r->ns_per_op_p50;
