@@ -29,6 +29,9 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(VmmBackend* backend,
   arena->chunk_start.assign(arena->num_pages, 0);
   arena->chunk_pages.assign(arena->num_pages, 0);
   arena->seg.assign(arena->num_pages, nullptr);
+  arena->dormant.assign(arena->num_pages, 0);
+  arena->dormant_pages.assign(arena->num_pages, 0);
+  arena->dormant_gen.assign(arena->num_pages, 0);
   return arena;
 }
 
@@ -96,6 +99,53 @@ std::vector<SizedChunk> ForgetMapped(Arena* arena, size_t first_page,
     arena->chunk_pages[page] = 0;
     page += n;
   }
+  return out;
+}
+
+void RecordDormant(Arena* arena, size_t first_page,
+                   absl::Span<const SizedChunk> chunks, uint64_t gen) {
+  size_t page = first_page;
+  for (const SizedChunk& c : chunks) {
+    const size_t n = c.size / arena->page_size;
+    for (size_t p = page; p < page + n; ++p) arena->dormant[p] = c.handle;
+    arena->dormant_pages[page] = static_cast<uint32_t>(n);
+    arena->dormant_gen[page] = gen;
+    page += n;
+  }
+  // Join the runs this one touches.
+  size_t first = first_page, end = page;
+  auto& runs = arena->dormant_runs;
+  auto next = runs.lower_bound(first);
+  if (next != runs.begin() && std::prev(next)->second == first) {
+    --next;
+    first = next->first;
+    next = runs.erase(next);
+  }
+  if (next != runs.end() && next->first == end) {
+    end = next->second;
+    runs.erase(next);
+  }
+  runs[first] = end;
+}
+
+std::vector<SizedChunk> ForgetDormant(Arena* arena, size_t first_page,
+                                      size_t end_page) {
+  std::vector<SizedChunk> out;
+  for (size_t page = first_page; page < end_page;) {
+    const size_t n = arena->dormant_pages[page];
+    out.push_back({arena->dormant[page], n * arena->page_size});
+    for (size_t p = page; p < page + n; ++p) arena->dormant[p] = 0;
+    arena->dormant_pages[page] = 0;
+    arena->dormant_gen[page] = 0;
+    page += n;
+  }
+  // Cut [first_page, end_page) out of the run holding it.
+  auto& runs = arena->dormant_runs;
+  auto it = std::prev(runs.upper_bound(first_page));
+  const size_t run_first = it->first, run_end = it->second;
+  runs.erase(it);
+  if (run_first < first_page) runs[run_first] = first_page;
+  if (end_page < run_end) runs[end_page] = run_end;
   return out;
 }
 

@@ -36,6 +36,18 @@ struct Arena {
   // Runs of unmapped pages a slow path is mapping into or unmapping from
   // with the lock down: first page -> pages. Nobody else plans there.
   std::map<size_t, size_t> in_flight;
+  // Dormant chunks: still mapped at pages no segment covers. A stitch took
+  // them to another address and left this mapping in place (kernels queued
+  // before it may still use it); a later request of the same shape gets
+  // them back here with no driver call (see DeviceAllocator::Reactivate).
+  // Same layout as `chunk`: every page a dormant chunk covers holds its
+  // handle; its first page holds its length and the generation it went
+  // dormant in (whose events tell when it may be unmapped).
+  std::vector<ChunkHandle> dormant;
+  std::vector<uint32_t> dormant_pages;
+  std::vector<uint64_t> dormant_gen;
+  // Maximal runs of dormant pages: first page -> end page.
+  std::map<size_t, size_t> dormant_runs;
 
   // Reserves `bytes` (rounded down to whole pages) of address space.
   static absl::StatusOr<std::unique_ptr<Arena>> Create(VmmBackend* backend,
@@ -51,6 +63,9 @@ struct Arena {
     if (it == in_flight.begin()) return false;
     --it;
     return page < it->first + it->second;
+  }
+  bool Taken(size_t page) const {
+    return chunk[page] != 0 || dormant[page] != 0 || InFlight(page);
   }
   bool Contains(DevicePtr addr) const {
     return addr >= base() && addr < base() + num_pages * page_size;
@@ -81,6 +96,15 @@ void RecordMapped(Arena* arena, size_t first_page,
 // returns them.
 std::vector<SizedChunk> ForgetMapped(Arena* arena, size_t first_page,
                                      size_t end_page);
+
+// Notes `chunks`, mapped one after another from `first_page` outside any
+// segment, as dormant since generation `gen`.
+void RecordDormant(Arena* arena, size_t first_page,
+                   absl::Span<const SizedChunk> chunks, uint64_t gen);
+// Forgets the dormant chunks at [first_page, end_page) (whole dormant
+// chunks) and returns them in page order.
+std::vector<SizedChunk> ForgetDormant(Arena* arena, size_t first_page,
+                                      size_t end_page);
 
 }  // namespace gmlake
 

@@ -41,7 +41,7 @@ DeviceAllocator::~DeviceAllocator() {
   MutexLock lock(&mu_);
   while (slow_paths_ > 0) slow_path_done_.Wait(&mu_);
   SettleAll(&AllocatorStats::reclaim_waits).IgnoreError();
-  UnmapRetired(&AllocatorStats::reclaim_waits);
+  UnmapDormant(&AllocatorStats::reclaim_waits);
   std::vector<SizedChunk> chunks = std::move(cached_);
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& arena : *arenas) {
@@ -99,7 +99,6 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
       }
       if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
       ProcessPending();
-      UnmapRetired(&AllocatorStats::host_waits);
       MergeSettledNeighbours();
       grown = Grow(pool, rounded);
     }
@@ -379,61 +378,247 @@ void DeviceAllocator::MergeSettledNeighbours() {
   }
 }
 
-void DeviceAllocator::UnmapRetired(WaitCounter counter) {
-  std::vector<Retired> work;
-  work.swap(retired_);
+uint64_t DeviceAllocator::NewGeneration(std::vector<EventHandle> events) {
+  const uint64_t gen = next_gen_++;
+  generations_.push_back({gen, std::move(events)});
+  return gen;
+}
+
+void DeviceAllocator::QueryGenerations() {
+  std::vector<Generation> work(generations_.begin(), generations_.end());
   if (work.empty()) return;
-  ++slow_paths_;
-  int64_t waits = 0;
-  // Per run of each entry: unmapped now.
-  std::vector<std::vector<bool>> unmapped(work.size());
   mu_.Unlock();
-  for (size_t i = 0; i < work.size(); ++i) {
+  size_t done = 0;
+  for (; done < work.size(); ++done) {
     bool finished = true;
-    for (EventHandle e : work[i].events) {
-      if (counter != nullptr) {
-        ++waits;
-        finished = backend_->SyncEvent(e).ok();
-      } else {
-        absl::StatusOr<bool> done = backend_->QueryEvent(e);
-        finished = done.ok() && *done;
+    for (EventHandle e : work[done].events) {
+      absl::StatusOr<bool> q = backend_->QueryEvent(e);
+      if (!q.ok() || !*q) {
+        finished = false;
+        break;
       }
-      if (!finished) break;
     }
-    unmapped[i].assign(work[i].runs.size(), false);
-    if (!finished) continue;
-    for (size_t j = 0; j < work[i].runs.size(); ++j) {
-      const Detached& d = work[i].runs[j];
-      // A run whose unmap fails stays in flight: its address space is lost,
-      // never its chunks, which are mapped elsewhere too.
-      unmapped[i][j] =
-          UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks).ok();
-    }
+    if (!finished) break;
   }
   mu_.Lock();
-  if (counter != nullptr) stats_.*counter += waits;
-  for (size_t i = 0; i < work.size(); ++i) {
-    Retired left;
-    for (size_t j = 0; j < work[i].runs.size(); ++j) {
-      Detached& d = work[i].runs[j];
-      if (!unmapped[i][j]) {
-        left.runs.push_back(std::move(d));
-        continue;
-      }
-      d.arena->in_flight.erase(d.first_page);
-      for (const SizedChunk& c : d.chunks) retiring_chunks_.erase(c.handle);
-      stats_.chunks_retiring -= static_cast<int64_t>(d.chunks.size());
+  // Another thread may have advanced meanwhile: retire what is still here.
+  for (size_t i = 0; i < done; ++i) {
+    if (generations_.empty() || generations_.front().gen > work[i].gen) {
+      continue;
     }
-    if (left.runs.empty()) {
-      idle_events_.insert(idle_events_.end(), work[i].events.begin(),
-                          work[i].events.end());
-    } else {
-      left.events = std::move(work[i].events);
-      retired_.push_back(std::move(left));
+    done_gen_ = std::max(done_gen_, generations_.front().gen);
+    idle_events_.insert(idle_events_.end(), generations_.front().events.begin(),
+                        generations_.front().events.end());
+    generations_.pop_front();
+  }
+}
+
+void DeviceAllocator::UnmapDormant(WaitCounter counter) {
+  if (dormant_pages_ == 0) return;
+  const bool all = counter != nullptr;
+  // Dormant pages cost address space and, on the host backend, a mapping
+  // each; keep at most about as many as are mapped in segments.
+  const size_t bound =
+      static_cast<size_t>(stats_.reserved_bytes.current / page_size_) + 1024;
+  if (!all && dormant_pages_ <= bound) return;
+  int64_t waits = 0;
+  if (all) {
+    std::vector<EventHandle> events;
+    for (const Generation& g : generations_) {
+      events.insert(events.end(), g.events.begin(), g.events.end());
+    }
+    const uint64_t last = next_gen_ - 1;
+    ++slow_paths_;
+    mu_.Unlock();
+    for (EventHandle e : events) {
+      ++waits;
+      backend_->SyncEvent(e).IgnoreError();
+    }
+    mu_.Lock();
+    --slow_paths_;
+    stats_.*counter += waits;
+    while (!generations_.empty() && generations_.front().gen <= last) {
+      idle_events_.insert(idle_events_.end(),
+                          generations_.front().events.begin(),
+                          generations_.front().events.end());
+      generations_.pop_front();
+    }
+    done_gen_ = std::max(done_gen_, last);
+  } else {
+    QueryGenerations();
+  }
+  // Take the runs of unmappable dormant chunks out of the books, in flight.
+  struct Run {
+    Arena* arena;
+    size_t first;
+    std::vector<SizedChunk> chunks;
+  };
+  std::vector<Run> runs;
+  for (auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (auto& a : *arenas) {
+      std::vector<std::pair<size_t, size_t>> spans;
+      for (const auto& [first, end] : a->dormant_runs) {
+        size_t start = first;
+        for (size_t q = first; q < end; q += a->dormant_pages[q]) {
+          if (a->dormant_gen[q] > done_gen_) {
+            if (start < q) spans.push_back({start, q});
+            start = q + a->dormant_pages[q];
+          }
+        }
+        if (start < end) spans.push_back({start, end});
+      }
+      for (auto [first, end] : spans) {
+        runs.push_back({a.get(), first, ForgetDormant(a.get(), first, end)});
+        a->in_flight[first] = end - first;
+        dormant_pages_ -= end - first;
+      }
     }
   }
+  if (runs.empty()) return;
+  std::vector<bool> unmapped(runs.size(), false);
+  ++slow_paths_;
+  mu_.Unlock();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    unmapped[i] = UnmapChunks(backend_, runs[i].arena->PageAddr(runs[i].first),
+                              runs[i].chunks)
+                      .ok();
+  }
+  mu_.Lock();
   --slow_paths_;
   slow_path_done_.SignalAll();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    // A run whose unmap failed stays in flight: its address space is lost,
+    // and its chunks stay counted dormant, so they never leave the process.
+    if (!unmapped[i]) continue;
+    runs[i].arena->in_flight.erase(runs[i].first);
+    for (const SizedChunk& c : runs[i].chunks) {
+      auto it = dormant_count_.find(c.handle);
+      if (--it->second == 0) dormant_count_.erase(it);
+      --stats_.dormant_chunks;
+    }
+  }
+}
+
+Block* DeviceAllocator::FreeBlockAt(Arena* arena, size_t page) const {
+  const DevicePtr addr = arena->PageAddr(page);
+  for (Block* b = arena->seg[page]->head; b != nullptr; b = b->next) {
+    if (addr >= b->addr && addr < b->end()) return b;
+  }
+  return nullptr;
+}
+
+Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
+  if (dormant_pages_ == 0) return nullptr;
+  const size_t need = (size + page_size_ - 1) / page_size_;
+  // Where each whole free chunk is in use now (mapped in a free block).
+  absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
+  for (auto& p : pools_) {
+    p->free.ForEach([&](Block* b) {
+      Arena* a = b->segment->arena;
+      const auto [first, end] = WholeChunksIn(b);
+      for (size_t q = first; q < end; q += a->chunk_pages[q]) {
+        free_at[a->chunk[q]] = {a, q};
+      }
+    });
+  }
+  if (free_at.empty()) return nullptr;
+  // The first window of `need` pages of dormant chunks, all free and all
+  // different (a chunk mapped twice in one block would alias itself).
+  Arena* arena = nullptr;
+  size_t first = 0, end = 0;
+  absl::flat_hash_map<ChunkHandle, size_t> window;
+  for (auto& a : pool->small ? small_arenas_ : large_arenas_) {
+    for (const auto& [run_first, run_end] : a->dormant_runs) {
+      window.clear();
+      size_t start = run_first;
+      for (size_t q = run_first; q < run_end && arena == nullptr;) {
+        const ChunkHandle c = a->dormant[q];
+        const size_t n = a->dormant_pages[q];
+        if (!free_at.contains(c)) {
+          window.clear();
+          start = q + n;
+        } else if (auto dup = window.find(c); dup != window.end()) {
+          // Restart just after the first mapping of the same chunk.
+          const size_t after = dup->second + a->dormant_pages[dup->second];
+          for (size_t r = start; r < after; r += a->dormant_pages[r]) {
+            window.erase(a->dormant[r]);
+          }
+          start = after;
+          window[c] = q;
+        } else {
+          window[c] = q;
+        }
+        q += n;
+        if (q - start >= need && !window.empty()) {
+          arena = a.get();
+          first = start;
+          end = q;
+        }
+      }
+      if (arena != nullptr) break;
+    }
+    if (arena != nullptr) break;
+  }
+  if (arena == nullptr) return nullptr;
+
+  // The window leaves the dormant books and is in flight; its chunks leave
+  // the free blocks they are in (those pages stay mapped: dormant, below).
+  std::vector<SizedChunk> chunks = ForgetDormant(arena, first, end);
+  arena->in_flight[first] = end - first;
+  dormant_pages_ -= end - first;
+  std::vector<Detached> moved;
+  std::vector<StreamHandle> streams;
+  uint64_t bytes = 0;
+  for (const SizedChunk& c : chunks) {
+    auto it = dormant_count_.find(c.handle);
+    if (--it->second == 0) dormant_count_.erase(it);
+    --stats_.dormant_chunks;
+    const auto [a, q] = free_at[c.handle];
+    Block* f = FreeBlockAt(a, q);
+    if (std::find(streams.begin(), streams.end(), f->pool->stream) ==
+        streams.end()) {
+      streams.push_back(f->pool->stream);
+    }
+    Detached d;
+    d.arena = a;
+    d.first_page = q;
+    d.pool = f->pool;
+    d.chunks = CutPages(f, q, q + c.size / page_size_);
+    moved.push_back(std::move(d));
+    bytes += c.size;
+  }
+  std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  in_transit_bytes_ += bytes;
+  ++slow_paths_;
+  mu_.Unlock();
+  const absl::Status handed = HandOver(pool->stream, streams, &events);
+  mu_.Lock();
+  --slow_paths_;
+  slow_path_done_.SignalAll();
+  in_transit_bytes_ -= bytes;
+  arena->in_flight.erase(first);
+  if (!handed.ok()) {
+    // Everything back where it was: the chunks in their free blocks, the
+    // window dormant.
+    for (Detached& d : moved) {
+      d.arena->in_flight.erase(d.first_page);
+      RecordMapped(d.arena, d.first_page, d.chunks);
+      AdoptPages(d.arena, d.first_page, PagesOf(d.chunks, page_size_), d.pool);
+    }
+    RecordDormant(arena, first, chunks, /*gen=*/0);
+    dormant_pages_ += end - first;
+    for (const SizedChunk& c : chunks) ++dormant_count_[c.handle];
+    stats_.dormant_chunks += static_cast<int64_t>(chunks.size());
+    idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+    return nullptr;
+  }
+  for (Detached& d : moved) d.taken = true;
+  FinishSteals(&moved, &events);
+  RecordMapped(arena, first, chunks);
+  ++stats_.reactivations;
+  Block* b = AdoptPages(arena, first, end - first, pool);
+  pool->free.Remove(b);
+  return b;
 }
 
 uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
@@ -441,7 +626,7 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
   std::vector<SizedChunk> keep;
   chunks.erase(std::remove_if(chunks.begin(), chunks.end(),
                               [&](const SizedChunk& c) {
-                                if (!retiring_chunks_.contains(c.handle)) {
+                                if (!dormant_count_.contains(c.handle)) {
                                   return false;
                                 }
                                 keep.push_back(c);
@@ -527,7 +712,7 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
     plan.pages = 1;
     for (auto& a : small_arenas_) {
       for (size_t p = 0; p < a->num_pages; ++p) {
-        if (a->chunk[p] == 0 && !a->InFlight(p)) {
+        if (!a->Taken(p)) {
           plan.arena = a.get();
           plan.first_page = p;
           return plan;
@@ -545,6 +730,9 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
       }
       for (const auto& [first, pages] : a->in_flight) {
         taken[first] = {first + pages, nullptr};
+      }
+      for (const auto& [first, end] : a->dormant_runs) {
+        taken[first] = {end, nullptr};
       }
       size_t cursor = 0;
       const Segment* left = nullptr;
@@ -591,9 +779,13 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
 absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   // Another thread can leave the books other than planned while the lock
   // is down (it never takes what is in flight); then plan again.
-  if (!retired_.empty()) UnmapRetired(nullptr);
+  UnmapDormant(nullptr);
+  bool lake_refused = false;
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (Block* b = TakeFromOtherStream(pool, size)) return b;
+    if (options_.stitch) {
+      if (Block* b = Reactivate(pool, size)) return b;
+    }
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
     if (!plan.ok()) return plan.status();
     Arena* arena = plan->arena;
@@ -608,7 +800,14 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     size_t have = PagesOf(chunks, page_size_);
     std::vector<Detached> stolen;
     std::vector<StreamHandle> streams;
-    if (have < plan->pages && options_.stitch) {
+    const uint64_t allocated_peak = std::max<uint64_t>(
+        stats_.allocated_bytes.peak, stats_.allocated_bytes.current + size);
+    const bool grow = !lake_refused &&
+                      GrowRatherThanStitch(
+                          static_cast<uint64_t>(stats_.reserved_bytes.current),
+                          uint64_t{plan->pages - have} * page_size_,
+                          allocated_peak, options_.grow_slack);
+    if (have < plan->pages && options_.stitch && !grow) {
       have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
                          &stolen, &streams);
     }
@@ -631,6 +830,8 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     absl::StatusOr<std::vector<SizedChunk>> more;
     if (status.ok() && missing != 0) {
       more = source_->AcquireBytes(device_, missing);
+      // Refused while growing rather than stitching: stitch next time.
+      if (!more.ok() && grow) lake_refused = true;
       if (more.ok()) {
         chunks.insert(chunks.end(), more->begin(), more->end());
       } else {
@@ -660,6 +861,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     arena->in_flight.erase(plan->first_page);
     if (!status.ok()) {
       KeepUnmapped(chunks);
+      if (grow && absl::IsResourceExhausted(status)) continue;  // stitch
       return status;
     }
     RecordMapped(arena, plan->first_page, chunks);
@@ -786,17 +988,19 @@ absl::Status DeviceAllocator::UnmapStolen(
 
 void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen,
                                    std::vector<EventHandle>* events) {
-  Retired retired;
+  uint64_t gen = 0;
   for (Detached& d : *stolen) {
     const size_t pages = PagesOf(d.chunks, page_size_);
+    d.arena->in_flight.erase(d.first_page);
     if (d.taken && events != nullptr) {
-      // Still mapped here: the pages stay in flight until retired.
-      for (const SizedChunk& c : d.chunks) retiring_chunks_.insert(c.handle);
-      stats_.chunks_retiring += static_cast<int64_t>(d.chunks.size());
-      retired.runs.push_back(std::move(d));
+      // Still mapped here: dormant, until reactivated or unmapped.
+      if (gen == 0) gen = NewGeneration(std::move(*events));
+      RecordDormant(d.arena, d.first_page, d.chunks, gen);
+      dormant_pages_ += pages;
+      for (const SizedChunk& c : d.chunks) ++dormant_count_[c.handle];
+      stats_.dormant_chunks += static_cast<int64_t>(d.chunks.size());
       continue;
     }
-    d.arena->in_flight.erase(d.first_page);
     if (d.taken) continue;
     // Still mapped where it was (its stream or the unmap failed): put the
     // pages back as free memory of their pool.
@@ -805,14 +1009,10 @@ void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen,
     AdoptPages(d.arena, d.first_page, pages, d.pool);
     stats_.chunks_stolen -= static_cast<int64_t>(pages);
   }
-  if (events == nullptr) return;
-  if (retired.runs.empty()) {
+  if (events != nullptr && gen == 0) {
     idle_events_.insert(idle_events_.end(), events->begin(), events->end());
-  } else {
-    retired.events = std::move(*events);
-    retired_.push_back(std::move(retired));
   }
-  events->clear();
+  if (events != nullptr) events->clear();
 }
 
 std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
@@ -941,7 +1141,7 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
     ProcessPending();
     MergeSettledNeighbours();
   }
-  UnmapRetired(&AllocatorStats::reclaim_waits);
+  UnmapDormant(&AllocatorStats::reclaim_waits);
   const size_t want = (bytes + page_size_ - 1) / page_size_;
   std::vector<SizedChunk> chunks = TakeCached(want);
   size_t have = PagesOf(chunks, page_size_);

@@ -28,12 +28,12 @@
 #ifndef GMLAKE_CLIENT_DEVICE_ALLOCATOR_H_
 #define GMLAKE_CLIENT_DEVICE_ALLOCATOR_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -134,12 +134,27 @@ class DeviceAllocator {
   // completed SettleAll, become one, so chunks they share can be stitched
   // or returned.
   void MergeSettledNeighbours() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps the old pages of stitched chunks whose streams have finished
-  // with them; with `counter`, waits for those that have not (counting the
-  // waits there). Releases mu_ for the calls.
-  void UnmapRetired(WaitCounter counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives chunks back to the source, except those still mapped at an old
-  // address (kept unmapped-cached until a later reclaim). Releases mu_ for
+  // Unmaps dormant chunks. With `counter`: all of them, first waiting for
+  // the work that may still use them (counting the waits there). Without:
+  // only those whose generation has completed, and only while more pages
+  // are dormant than the bound. Releases mu_ for the calls.
+  void UnmapDormant(WaitCounter counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Advances done_gen_ over the generations whose events have completed
+  // (queries only). Releases mu_ for the queries.
+  void QueryGenerations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new generation of dormant pages whose last users are `events`.
+  uint64_t NewGeneration(std::vector<EventHandle> events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Serves `size` for `pool` from a dormant window: chunks free elsewhere
+  // but still mapped side by side here, from an earlier stitch. Books and
+  // events only, no map call; their free pages elsewhere go dormant. Null
+  // when no dormant window fits.
+  Block* Reactivate(Pool* pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free block holding the page at `page` of `arena`.
+  Block* FreeBlockAt(Arena* arena, size_t page) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives chunks back to the source, except those still mapped dormant
+  // somewhere (kept unmapped-cached until a later reclaim). Releases mu_ for
   // the source. Returns the bytes given.
   uint64_t GiveBack(std::vector<SizedChunk> chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -165,11 +180,11 @@ class DeviceAllocator {
     // still mapped here, to be unmapped when retired).
     bool taken = false;
   };
-  // The old pages of chunks a stitch took: still mapped (kernels queued
-  // before the stitch may use them) and in flight until `events`, recorded
-  // on the streams that used them last, have completed.
-  struct Retired {
-    std::vector<Detached> runs;
+  // Pages go dormant in generations, one per slow path; a generation's
+  // events, recorded on the streams that used its pages last, say when
+  // they may be unmapped.
+  struct Generation {
+    uint64_t gen = 0;
     std::vector<EventHandle> events;
   };
 
@@ -201,7 +216,7 @@ class DeviceAllocator {
                            std::vector<SizedChunk>* into);
   // Ends the steals: runs not taken go back where they were, as free
   // memory. Taken runs were unmapped (a reclaim: `events` null) or are
-  // still mapped, and retire with `events` (a stitch).
+  // still mapped, and go dormant in a generation of `events` (a stitch).
   void FinishSteals(std::vector<Detached>* stolen,
                     std::vector<EventHandle>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,10 +261,13 @@ class DeviceAllocator {
   };
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
-  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
-  // Chunks of retired runs (still mapped at their old pages): never given
-  // back to the source until unmapped there.
-  absl::flat_hash_set<ChunkHandle> retiring_chunks_ ABSL_GUARDED_BY(mu_);
+  std::deque<Generation> generations_ ABSL_GUARDED_BY(mu_);  // not done
+  uint64_t next_gen_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t done_gen_ ABSL_GUARDED_BY(mu_) = 0;  // all up to it completed
+  // Dormant mappings per chunk: a chunk leaves the process only with none.
+  absl::flat_hash_map<ChunkHandle, uint32_t> dormant_count_
+      ABSL_GUARDED_BY(mu_);
+  size_t dormant_pages_ ABSL_GUARDED_BY(mu_) = 0;
   // Slow paths and reclaims under way with mu_ down (they hold memory in
   // flight); a malloc about to fail waits for them first.
   int slow_paths_ ABSL_GUARDED_BY(mu_) = 0;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -48,6 +49,18 @@ Setter Bytes(uint64_t AllocatorOptions::*field) {
   };
 }
 
+Setter Fraction(double AllocatorOptions::*field) {
+  return [field](absl::string_view v, AllocatorOptions* o) {
+    double d = 0;
+    if (!absl::SimpleAtod(v, &d) || !(d >= 0 && d <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", v, "' is not a fraction from 0 to 1"));
+    }
+    o->*field = d;
+    return absl::OkStatus();
+  };
+}
+
 Setter Bool(bool AllocatorOptions::*field) {
   return [field](absl::string_view v, AllocatorOptions* o) {
     if (v == "true" || v == "1" || v == "on") {
@@ -74,6 +87,7 @@ const std::map<std::string, Setter>& Setters() {
       {"max_chunk", Bytes(&AllocatorOptions::max_chunk)},
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
+      {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},

@@ -40,5 +40,18 @@ TEST(ParseConfTest, BadInputNamesTheKeyAndWhatIsAccepted) {
   EXPECT_FALSE(ParseConf("capacity:").ok());
 }
 
+TEST(OptionsTest, GrowSlackIsAFraction) {
+  auto o = ParseConf("grow_slack:0.02");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_DOUBLE_EQ(o->grow_slack, 0.02);
+  EXPECT_DOUBLE_EQ(ParseConf("")->grow_slack, 0.005);
+  for (const char* bad : {"grow_slack:2", "grow_slack:-0.1", "grow_slack:x"}) {
+    auto b = ParseConf(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("grow_slack"), std::string::npos)
+        << b.status();
+  }
+}
+
 }  // namespace
 }  // namespace gmlake

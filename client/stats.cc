@@ -40,7 +40,8 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   cross_stream_reuses += o.cross_stream_reuses;
   host_waits += o.host_waits;
   reclaim_waits += o.reclaim_waits;
-  chunks_retiring += o.chunks_retiring;
+  dormant_chunks += o.dormant_chunks;
+  reactivations += o.reactivations;
   cached_chunks += o.cached_chunks;
 }
 
@@ -73,7 +74,8 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.cross_stream_reuses\":", cross_stream_reuses,
       ",\"gmlake.host_waits\":", host_waits,
       ",\"gmlake.reclaim_waits\":", reclaim_waits,
-      ",\"gmlake.chunks_retiring\":", chunks_retiring,
+      ",\"gmlake.dormant_chunks\":", dormant_chunks,
+      ",\"gmlake.reactivations\":", reactivations,
       ",\"gmlake.cached_chunks\":", cached_chunks);
   for (int i = 0; i < kNumVmmCalls; ++i) {
     absl::StrAppend(&out, ",\"gmlake.driver_calls.",

@@ -51,9 +51,11 @@ struct AllocatorStats {
   int64_t host_waits = 0;
   // The same, for empty_cache and reclaims (memory leaving the process).
   int64_t reclaim_waits = 0;
-  // Stitches that took chunks still mapped where they were freed: those
-  // pages are unmapped once the stream's work on them has finished.
-  int64_t chunks_retiring = 0;   // such chunks not yet unmapped there
+  // Stitches leave the chunks they take mapped where they were freed
+  // ("dormant"), so the same shape later gets them back with no driver
+  // call (a reactivation).
+  int64_t dormant_chunks = 0;    // such mappings now
+  int64_t reactivations = 0;     // requests served from dormant mappings
   int64_t cached_chunks = 0;     // held but unmapped
   VmmCallSnapshot driver_calls;  // of the backend, filled in by stats()
 

@@ -58,4 +58,12 @@ std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims) {
   return order;
 }
 
+bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
+                          uint64_t allocated_peak, double slack) {
+  if (slack <= 0) return false;
+  const double budget = static_cast<double>(allocated_peak) * (1.0 + slack);
+  return static_cast<double>(reserved) + static_cast<double>(grow_bytes) <=
+         budget;
+}
+
 }  // namespace gmlake

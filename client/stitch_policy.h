@@ -60,6 +60,13 @@ struct VictimView {
 // large requests that made them (training repeats its sizes every step).
 std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims);
 
+// Whether a request that no free block fits should map `grow_bytes` of new
+// chunks from the lake rather than stitch free chunks: while `reserved`
+// plus them stays within (1 + `slack`) x `allocated_peak` (the most
+// allocated at once, this request included).
+bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
+                          uint64_t allocated_peak, double slack);
+
 }  // namespace gmlake
 
 #endif  // GMLAKE_CLIENT_STITCH_POLICY_H_

@@ -57,5 +57,16 @@ TEST(OrderVictimsTest, SmallestBlocksGiveTheirPagesFirst) {
   EXPECT_EQ(OrderVictims(v), (std::vector<size_t>{2, 1, 3, 0}));
 }
 
+TEST(GrowRatherThanStitchTest, GrowsWhileWithinTheSlack) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  // 1% slack over a 10 GiB peak: 10.1 GiB may be reserved.
+  EXPECT_TRUE(GrowRatherThanStitch(10 * kGiB, kGiB / 20, 10 * kGiB, 0.01));
+  EXPECT_FALSE(GrowRatherThanStitch(10 * kGiB, kGiB / 5, 10 * kGiB, 0.01));
+  // No slack: always stitch when there is something to stitch.
+  EXPECT_FALSE(GrowRatherThanStitch(0, 1, 10 * kGiB, 0));
+  // The first request grows: nothing is reserved yet.
+  EXPECT_TRUE(GrowRatherThanStitch(0, 2 << 20, 2 << 20, 0.005));
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -292,6 +292,8 @@ int Main(int argc, char** argv) {
     out["first_half_peak_live_bytes"] = r->first_half_peak_live_bytes;
     out["calls_for_second_half_peak"] = r->calls_for_second_half_peak;
     out["stitches"] = r->stats.stitches;
+    out["reactivations"] = r->stats.reactivations;
+    out["dormant_chunks"] = r->stats.dormant_chunks;
     out["chunks_stolen"] = r->stats.chunks_stolen;
     out["ns_per_op_p50"] = r->ns_per_op_p50;
     out["ns_per_op_p99"] = r->ns_per_op_p99;
