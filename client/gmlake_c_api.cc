@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "absl/base/call_once.h"
@@ -15,6 +16,7 @@
 #include "client/gmlake.h"
 #include "client/lake.h"
 #include "client/options.h"
+#include "common/bytes.h"
 #include "common/mutex.h"
 
 namespace gmlake {
@@ -35,9 +37,47 @@ Global& G() {
 }
 
 thread_local std::string last_error;
+thread_local absl::StatusCode last_code = absl::StatusCode::kOk;
 
 int Fail(const absl::Status& s) {
   last_error = std::string(s.message());
+  last_code = s.code();
+  return -1;
+}
+
+// Whether a failed malloc means "no memory to be had" (PyTorch's
+// OutOfMemoryError): anything but a bad call or a process that may not
+// allocate at all. A lake that is gone or failed is no memory too, to the
+// caller that wanted some.
+bool IsOutOfMemory(absl::StatusCode code) {
+  return code != absl::StatusCode::kInvalidArgument &&
+         code != absl::StatusCode::kFailedPrecondition &&
+         code != absl::StatusCode::kOk;
+}
+
+// gmlake_torch_malloc without the throw: 0 on success; -1 with last_error in
+// PyTorch's words on failure.
+int TorchTryMalloc(ssize_t size, int device, void* stream, void** ptr,
+                   int* out_of_memory) {
+  *ptr = nullptr;
+  *out_of_memory = 0;
+  if (size < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("gmlake: malloc of size ", size, " (negative)")));
+  }
+  *ptr = gmlake_malloc(static_cast<size_t>(size), device,
+                       reinterpret_cast<uint64_t>(stream));
+  if (*ptr != nullptr || size == 0) return 0;
+  if (IsOutOfMemory(last_code)) {
+    *out_of_memory = 1;
+    // PyTorch's first sentence, which scripts and people search for, then
+    // our account (asked, live, reserved, cached, capacity, the lake's say).
+    last_error = absl::StrCat("CUDA out of memory. Tried to allocate ",
+                              FormatBytes(static_cast<uint64_t>(size)), ". ",
+                              last_error);
+  } else if (last_error.rfind("gmlake", 0) != 0) {
+    last_error = absl::StrCat("gmlake: ", last_error);
+  }
   return -1;
 }
 
@@ -173,10 +213,27 @@ const char* gmlake_describe(void) {
   return g.allocator == nullptr ? nullptr : g.description.c_str();
 }
 
+int gmlake_torch_try_malloc(ssize_t size, int device, void* stream, void** ptr,
+                            int* out_of_memory) {
+  void* p = nullptr;
+  int oom = 0;
+  const int rc = gmlake::TorchTryMalloc(size, device, stream, &p, &oom);
+  if (ptr != nullptr) *ptr = p;
+  if (out_of_memory != nullptr) *out_of_memory = oom;
+  return rc;
+}
+
 void* gmlake_torch_malloc(ssize_t size, int device, void* stream) {
-  if (size < 0) return nullptr;
-  return gmlake_malloc(static_cast<size_t>(size), device,
-                       reinterpret_cast<uint64_t>(stream));
+  void* p = nullptr;
+  int oom = 0;
+  // PyTorch's CUDAPluggableAllocator takes whatever pointer comes back, and
+  // a null becomes a tensor at address 0: the first kernel on it is an
+  // illegal memory access that poisons the CUDA context. A C++ exception
+  // reaches Python as a RuntimeError the script can catch.
+  if (gmlake::TorchTryMalloc(size, device, stream, &p, &oom) != 0) {
+    throw std::runtime_error(gmlake::last_error);
+  }
+  return p;
 }
 
 void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,

@@ -56,7 +56,11 @@ def enable():
     import torch
     lib = _load()
     _check(lib.gmlake_init(None))
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(_path, "gmlake_torch_malloc", "gmlake_torch_free")
+    # Out of memory raises torch.OutOfMemoryError where the shim can be
+    # built, else a RuntimeError with PyTorch's wording (gmlake/_oom.py).
+    from gmlake import _oom
+    path, malloc_name, free_name = _oom.entry_points(lib, _path, torch)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, free_name)
     torch.cuda.memory.change_current_allocator(alloc)
 
 
