@@ -143,6 +143,19 @@ TEST(CApiTest, TorchTryMallocSaysOutOfMemoryWithoutThrowing) {
   gmlake_shutdown();
 }
 
+// NULL from malloc(0) is no failure, so no older error may read as its
+// cause.
+TEST(CApiTest, MallocZeroClearsTheLastError) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  int here = 0;
+  EXPECT_EQ(gmlake_free(&here), -1);
+  ASSERT_STRNE(gmlake_last_error(), "");
+  EXPECT_EQ(gmlake_malloc(0, 0, 0), nullptr);
+  EXPECT_STREQ(gmlake_last_error(), "");
+  gmlake_shutdown();
+}
+
 TEST(CApiTest, DaemonRequiredButAbsentSaysSo) {
   EXPECT_EQ(gmlake_init("lake:daemon,socket:/nonexistent/gmlaked.sock"), -1);
   EXPECT_NE(std::string(gmlake_last_error()).find("/nonexistent/gmlaked.sock"),

@@ -31,7 +31,8 @@ int gmlake_init(const char* conf);
  * before become invalid; no other thread may be inside gmlake meanwhile. */
 void gmlake_shutdown(void);
 
-/* `size` bytes on `device` for use on `stream` (a CUstream; 0: default). */
+/* `size` bytes on `device` for use on `stream` (a CUstream; 0: default).
+ * Size 0 gives NULL and is no failure: gmlake_last_error() is then "". */
 void* gmlake_malloc(size_t size, int device, uint64_t stream);
 int gmlake_free(void* ptr);
 /* `ptr` is also used on `stream`: its memory is reused only after the work

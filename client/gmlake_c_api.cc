@@ -154,6 +154,12 @@ void gmlake_shutdown(void) {
 void* gmlake_malloc(size_t size, int device, uint64_t stream) {
   gmlake::Allocator* a = Get();
   if (a == nullptr) return nullptr;
+  if (size == 0) {
+    // NULL here is a success: nothing may read an older error as its cause.
+    gmlake::last_error.clear();
+    gmlake::last_code = absl::StatusCode::kOk;
+    return nullptr;
+  }
   absl::StatusOr<gmlake::DevicePtr> p = a->Malloc(size, device, stream);
   if (!p.ok()) {
     Fail(p.status());
