@@ -11,6 +11,9 @@
  *
  * PyTorch: torch.cuda.memory.CUDAPluggableAllocator("libgmlake.so",
  * "gmlake_torch_malloc", "gmlake_torch_free").
+ *
+ * Fork: a child forked from a process that started gmlake cannot use it;
+ * every call there fails at once saying so (docs/design.md, "Fork").
  */
 
 #ifndef GMLAKE_CLIENT_GMLAKE_H_

@@ -2,6 +2,10 @@
 //
 // The C API over one process-wide Allocator.
 
+#include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +53,37 @@ int Fail(const absl::Status& s) {
 // OutOfMemoryError): anything but a bad call or a process that may not
 // allocate at all. A lake that is gone or failed is no memory too, to the
 // caller that wanted some.
+// Fork. A child forked from a process that started gmlake gets copies of
+// the allocator's books and locks (a lock another thread held at the fork
+// stays held for good) and, on the cuda backend, a CUDA that does not work
+// after fork. So every entry point of such a child refuses at once,
+// before any lock: the pid of the parent it was forked from, else 0.
+std::atomic<pid_t> forked_from{0};
+
+void OnForkInChild() {
+  forked_from.store(getppid(), std::memory_order_relaxed);
+}
+
+// Called once gmlake starts in this process.
+void WatchForks() {
+  static absl::once_flag once;
+  absl::call_once(once,
+                  [] { pthread_atfork(nullptr, nullptr, OnForkInChild); });
+}
+
+// True (with the error set) in a forked child of a process using gmlake.
+bool RefusedAfterFork() {
+  const pid_t parent = forked_from.load(std::memory_order_relaxed);
+  if (ABSL_PREDICT_TRUE(parent == 0)) return false;
+  Fail(absl::FailedPreconditionError(absl::StrCat(
+      "gmlake: this process (pid ", getpid(), ") was forked from pid ", parent,
+      ", which had started gmlake; a forked child cannot use it (nor CUDA): "
+      "its books and locks are copies of the parent's. Start workers with "
+      "exec or multiprocessing's 'spawn' and use gmlake there (docs/design.md, "
+      "\"Fork\")")));
+  return true;
+}
+
 bool IsOutOfMemory(absl::StatusCode code) {
   return code != absl::StatusCode::kInvalidArgument &&
          code != absl::StatusCode::kFailedPrecondition &&
@@ -82,6 +117,7 @@ int TorchTryMalloc(ssize_t size, int device, void* stream, void** ptr,
 }
 
 absl::Status InitLocked(Global& g, const char* conf) {
+  WatchForks();
   const std::string text =
       conf != nullptr
           ? conf
@@ -108,6 +144,7 @@ absl::Status InitLocked(Global& g, const char* conf) {
 
 // The allocator, initialised from GMLAKE_CONF on first use.
 Allocator* Get() {
+  if (RefusedAfterFork()) return nullptr;
   Global& g = G();
   if (Allocator* a = g.ready.load(std::memory_order_acquire)) return a;
   gmlake::MutexLock lock(&g.mu);
@@ -136,6 +173,7 @@ using gmlake::Get;
 extern "C" {
 
 int gmlake_init(const char* conf) {
+  if (gmlake::RefusedAfterFork()) return -1;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   absl::Status s = gmlake::InitLocked(g, conf);
@@ -143,6 +181,8 @@ int gmlake_init(const char* conf) {
 }
 
 void gmlake_shutdown(void) {
+  // A forked child leaves the parent's books alone (and its locks).
+  if (gmlake::RefusedAfterFork()) return;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   g.ready.store(nullptr, std::memory_order_release);
@@ -214,6 +254,7 @@ void gmlake_free_string(char* s) { std::free(s); }
 const char* gmlake_last_error(void) { return gmlake::last_error.c_str(); }
 
 const char* gmlake_describe(void) {
+  if (gmlake::RefusedAfterFork()) return nullptr;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   return g.allocator == nullptr ? nullptr : g.description.c_str();
@@ -244,6 +285,19 @@ void* gmlake_torch_malloc(ssize_t size, int device, void* stream) {
 
 void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
                        void* /*stream*/) {
+  if (gmlake::RefusedAfterFork()) {
+    // A forked child dropping a tensor it inherited (a DataLoader worker's
+    // copy of a dataset): the memory is the parent's; nothing to do, and
+    // said once.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr,
+                   "gmlake: frees in this forked child (pid %d) are ignored: "
+                   "the memory belongs to the parent\n",
+                   static_cast<int>(getpid()));
+    }
+    return;
+  }
   if (gmlake_free(ptr) != 0) {
     std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
   }

@@ -46,9 +46,14 @@ def _load():
     return _lib
 
 
+def _error():
+    message = _load().gmlake_last_error().decode()
+    return RuntimeError(message if message.startswith("gmlake") else "gmlake: " + message)
+
+
 def _check(rc):
     if rc != 0:
-        raise RuntimeError("gmlake: " + _load().gmlake_last_error().decode())
+        raise _error()
 
 
 def enable():
@@ -70,6 +75,8 @@ def describe():
 
 
 def _json(ptr):
+    if not ptr:  # never string_at(NULL): that is a segfault
+        raise _error()
     try:
         return json.loads(ctypes.string_at(ptr).decode())
     finally:
