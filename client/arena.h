@@ -37,11 +37,12 @@ struct Arena {
   // with the lock down: first page -> pages. Nobody else plans there.
   std::map<size_t, size_t> in_flight;
 
-  // Reserves `bytes` (rounded down to whole pages) of address space.
+  // Reserves `bytes` (rounded down to whole pages) of address space for
+  // `device` (the cuda backend reserves it in that device's context).
   static absl::StatusOr<std::unique_ptr<Arena>> Create(VmmBackend* backend,
                                                        size_t bytes,
                                                        size_t page_size,
-                                                       bool small);
+                                                       bool small, int device);
 
   DevicePtr base() const { return range.base(); }
   DevicePtr PageAddr(size_t page) const { return base() + page * page_size; }
