@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 
 namespace gmlake {
 
@@ -22,8 +23,12 @@ Allocator::Allocator(ChunkSource* source, const AllocatorOptions& options)
     o.small_size = source->chunk_size(0) / 2;
   }
   const int n = source->backend()->device_count();
+  large_arena_ = o.large_arena;
   for (int d = 0; d < n; ++d) {
     devices_.push_back(std::make_unique<DeviceAllocator>(d, source, o));
+    // An arena is cut into whole chunk-sized pages (Arena::Create).
+    const uint64_t page = source->chunk_size(d);
+    max_request_.push_back(page == 0 ? 0 : o.large_arena / page * page);
   }
   source_->SetReclaimHandler([this](int device, uint64_t bytes) -> uint64_t {
     if (device < 0 || device >= device_count()) return 0;
@@ -45,9 +50,22 @@ absl::Status Allocator::CheckDevice(int device) const {
   return absl::OkStatus();
 }
 
+absl::Status Allocator::TooLarge(size_t size, int device) const {
+  const AllocatorStats s = devices_[device]->stats();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "gmlake: out of memory on device ", device, ": tried to allocate ",
+      FormatBytes(size), " (", size, " bytes), more than an arena holds (",
+      FormatBytes(max_request_[device]), " of address space, large_arena:",
+      FormatBytes(large_arena_), "); this process has ",
+      FormatBytes(s.allocated_bytes.current), " allocated in ",
+      s.allocation.current, " blocks, ", FormatBytes(s.reserved_bytes.current),
+      " reserved. Ask for less, or raise large_arena in GMLAKE_CONF."));
+}
+
 absl::StatusOr<DevicePtr> Allocator::Malloc(size_t size, int device,
                                             StreamHandle stream) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (size > max_request_[device]) return TooLarge(size, device);
   return devices_[device]->Malloc(size, stream);
 }
 

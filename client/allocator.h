@@ -54,10 +54,17 @@ class Allocator {
 
  private:
   absl::Status CheckDevice(int device) const;
+  // ResourceExhausted for a request no arena of `device` can hold.
+  absl::Status TooLarge(size_t size, int device) const;
 
   std::unique_ptr<ChunkSource> owned_source_;
   ChunkSource* source_;
   std::vector<std::unique_ptr<DeviceAllocator>> devices_;
+  // Per device: the largest request an arena can hold. Checked before the
+  // device allocator rounds anything (no size near SIZE_MAX can wrap) and
+  // before it reserves an arena for a request that cannot fit in one.
+  std::vector<uint64_t> max_request_;
+  uint64_t large_arena_ = 0;
 };
 
 }  // namespace gmlake

@@ -5,6 +5,7 @@
 #include "client/allocator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -121,6 +122,56 @@ TEST_F(AllocatorTest, WithoutStitchingTheSameRequestRunsOutOfMemory) {
   for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk));
   for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
   EXPECT_FALSE(allocator_->Malloc(4 * kChunk, 0, 0).ok());
+}
+
+// Sizes whose 512-byte rounding or page count would wrap are refused, never
+// served with aliased memory (issue 10: malloc(SIZE_MAX) returned the
+// address the next malloc(4096) returned too).
+TEST_F(AllocatorTest, SizesNearSizeMaxAreRefusedNotWrapped) {
+  const DevicePtr small = MustMalloc(4096);
+  for (size_t size :
+       {SIZE_MAX, SIZE_MAX - 510, SIZE_MAX - 511, SIZE_MAX - 1023,
+        SIZE_MAX - kChunk + 2, SIZE_MAX / 2 + 1, (size_t{512} << 30) + 1}) {
+    absl::StatusOr<DevicePtr> p = allocator_->Malloc(size, 0, 0);
+    ASSERT_FALSE(p.ok()) << size << " gave 0x" << std::hex << *p;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(p.status().message().find("large_arena"), std::string::npos)
+        << p.status();
+  }
+  const DevicePtr next = MustMalloc(4096);
+  EXPECT_NE(next, small);
+  ASSERT_TRUE(allocator_->Free(next).ok());
+  ASSERT_TRUE(allocator_->Free(small).ok());
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+// A request no arena can hold fails before any address space is reserved
+// (issue 10: each failed malloc(2 TiB) left a 1 TiB arena and its ~12 MiB of
+// page tables behind, until no arena could be reserved at all).
+TEST_F(AllocatorTest, FailedHugeRequestsLeaveNoArenaBehind) {
+  Make(0, "large_arena:1TiB");
+  const uint64_t reserves = host_->call_stats().Count(VmmCall::kReserve);
+  for (int i = 0; i < 128; ++i) {
+    absl::StatusOr<DevicePtr> p = allocator_->Malloc(size_t{2} << 40, 0, 0);
+    ASSERT_FALSE(p.ok());
+    ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+        << p.status();
+    ASSERT_EQ(host_->call_stats().Count(VmmCall::kReserve), reserves)
+        << "request " << i << " reserved address space";
+  }
+  // Requests the arenas can hold but the lake cannot serve reuse one arena.
+  Make(64 * kMiB);
+  for (int i = 0; i < 128; ++i) {
+    ASSERT_FALSE(allocator_->Malloc(size_t{100} << 30, 0, 0).ok());
+  }
+  EXPECT_LE(host_->call_stats().Count(VmmCall::kReserve), 1u);
+  // And everything still works.
+  const DevicePtr a = MustMalloc(4096);
+  const DevicePtr b = MustMalloc(40 * kMiB);
+  std::memset(reinterpret_cast<void*>(b), 1, 40 * kMiB);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  ASSERT_TRUE(allocator_->Free(b).ok());
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
 }
 
 TEST_F(AllocatorTest, FreeOfUnknownPointerIsAnErrorNotACrash) {

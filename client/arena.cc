@@ -9,13 +9,13 @@ namespace gmlake {
 absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(VmmBackend* backend,
                                                      size_t bytes,
                                                      size_t page_size,
-                                                     bool small) {
+                                                     bool small, int device) {
   auto arena = std::make_unique<Arena>();
   arena->page_size = page_size;
   arena->num_pages = bytes / page_size;
   arena->small = small;
-  absl::StatusOr<VirtualRange> range =
-      VirtualRange::Reserve(backend, arena->num_pages * page_size, page_size);
+  absl::StatusOr<VirtualRange> range = VirtualRange::Reserve(
+      backend, arena->num_pages * page_size, page_size, device);
   if (!range.ok()) {
     return absl::Status(
         range.status().code(),

@@ -49,11 +49,12 @@ struct Arena {
   // Maximal runs of dormant pages: first page -> end page.
   std::map<size_t, size_t> dormant_runs;
 
-  // Reserves `bytes` (rounded down to whole pages) of address space.
+  // Reserves `bytes` (rounded down to whole pages) of address space for
+  // `device` (the cuda backend reserves it in that device's context).
   static absl::StatusOr<std::unique_ptr<Arena>> Create(VmmBackend* backend,
                                                        size_t bytes,
                                                        size_t page_size,
-                                                       bool small);
+                                                       bool small, int device);
 
   DevicePtr base() const { return range.base(); }
   DevicePtr PageAddr(size_t page) const { return base() + page * page_size; }

@@ -1,8 +1,16 @@
 // Copyright 2026 The GMLake Authors.
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "client/gmlake.h"
 #include "gtest/gtest.h"
@@ -47,7 +55,8 @@ TEST(CApiTest, TorchSignaturesAndCapacity) {
       << gmlake_last_error();
   void* p = gmlake_torch_malloc(6 << 20, 0, nullptr);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(gmlake_torch_malloc(4 << 20, 0, nullptr), nullptr);
+  // The C entry point fails with NULL, never an exception.
+  EXPECT_EQ(gmlake_malloc(4 << 20, 0, 0), nullptr);
   EXPECT_NE(std::string(gmlake_last_error()).find("out of memory"),
             std::string::npos)
       << gmlake_last_error();
@@ -55,6 +64,182 @@ TEST(CApiTest, TorchSignaturesAndCapacity) {
   char* snap = gmlake_snapshot_json();
   EXPECT_NE(std::string(snap).find("\"segments\""), std::string::npos);
   gmlake_free_string(snap);
+  gmlake_shutdown();
+}
+
+// PyTorch's CUDAPluggableAllocator does not check the pointer our malloc
+// returns: a null would become a tensor at address 0. So the torch entry
+// point throws, in PyTorch's words, with our whole account.
+TEST(CApiTest, TorchMallocThrowsOutOfMemoryInPyTorchsWords) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,capacity:8MiB"),
+            0)
+      << gmlake_last_error();
+  void* p = gmlake_torch_malloc(6 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  std::string what;
+  try {
+    gmlake_torch_malloc(3 << 20, 0, nullptr);
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate 3.00 MiB. ", 0),
+            0u)
+      << what;
+  // The account: asked, live, reserved, cached, capacity, the lake's word.
+  for (const char* part :
+       {"device 0", "6.00 MiB allocated in 1 blocks", "reserved",
+        "free but not usable", "capacity 8.00 MiB", "the embedded lake said"}) {
+    EXPECT_NE(what.find(part), std::string::npos) << part << " in: " << what;
+  }
+  // The process goes on: what fits is still served.
+  void* q = gmlake_torch_malloc(1 << 20, 0, nullptr);
+  ASSERT_NE(q, nullptr);
+  std::memset(q, 7, 1 << 20);
+  gmlake_torch_free(q, 1 << 20, 0, nullptr);
+  gmlake_torch_free(p, 6 << 20, 0, nullptr);
+  gmlake_shutdown();
+}
+
+// Other failures throw too (never a null), without claiming to be memory.
+TEST(CApiTest, TorchMallocThrowsForOtherErrors) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  std::string what;
+  try {
+    gmlake_torch_malloc(1 << 20, 5, nullptr);
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what.rfind("gmlake: device 5 does not exist", 0), 0u) << what;
+  try {
+    gmlake_torch_malloc(-1, 0, nullptr);
+    what.clear();
+  } catch (const std::runtime_error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("size -1"), std::string::npos) << what;
+  // Size 0 is no failure: PyTorch asks for it and gets null.
+  EXPECT_EQ(gmlake_torch_malloc(0, 0, nullptr), nullptr);
+  gmlake_shutdown();
+}
+
+// What a shim throwing the framework's own type calls: no C++ exception,
+// the verdict in a flag.
+TEST(CApiTest, TorchTryMallocSaysOutOfMemoryWithoutThrowing) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,capacity:4MiB"),
+            0)
+      << gmlake_last_error();
+  void* p = nullptr;
+  int oom = -1;
+  EXPECT_EQ(gmlake_torch_try_malloc(2 << 20, 0, nullptr, &p, &oom), 0);
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(oom, 0);
+  void* q = reinterpret_cast<void*>(1);
+  EXPECT_EQ(gmlake_torch_try_malloc(3 << 20, 0, nullptr, &q, &oom), -1);
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(oom, 1);
+  EXPECT_EQ(std::string(gmlake_last_error())
+                .rfind("CUDA out of memory. Tried to allocate 3.00 MiB. ", 0),
+            0u)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_torch_try_malloc(16, 3, nullptr, &q, &oom), -1);
+  EXPECT_EQ(oom, 0);
+  EXPECT_EQ(gmlake_torch_try_malloc(0, 0, nullptr, &q, &oom), 0);
+  EXPECT_EQ(q, nullptr);
+  gmlake_torch_free(p, 2 << 20, 0, nullptr);
+  gmlake_shutdown();
+}
+
+// NULL from malloc(0) is no failure, so no older error may read as its
+// cause.
+TEST(CApiTest, MallocZeroClearsTheLastError) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  int here = 0;
+  EXPECT_EQ(gmlake_free(&here), -1);
+  ASSERT_STRNE(gmlake_last_error(), "");
+  EXPECT_EQ(gmlake_malloc(0, 0, 0), nullptr);
+  EXPECT_STREQ(gmlake_last_error(), "");
+  gmlake_shutdown();
+}
+
+// What a forked child finds, as bits of its exit status.
+int ChildChecks(char* parents) {
+  int failed = 0;
+  // Every call answers at once, even if a thread of the parent held a lock
+  // of gmlake at the fork: the child never takes one.
+  if (gmlake_malloc(1 << 20, 0, 0) != nullptr) failed |= 1;
+  if (std::strstr(gmlake_last_error(), "fork") == nullptr) failed |= 2;
+  if (gmlake_free(parents) != -1) failed |= 4;
+  try {
+    gmlake_torch_malloc(1 << 20, 0, nullptr);
+    failed |= 8;
+  } catch (const std::runtime_error& e) {
+    if (std::strstr(e.what(), "CUDA out of memory") != nullptr) failed |= 8;
+  }
+  gmlake_torch_free(parents, 3 << 20, 0, nullptr);  // ignored
+  if (gmlake_empty_cache() != 0) failed |= 16;
+  if (gmlake_stats_json(0) != nullptr) failed |= 32;
+  if (gmlake_init("backend:host,lake:embedded,log:false") != -1) failed |= 64;
+  gmlake_shutdown();  // does nothing here
+  // On the host backend the parent's memory is shared with the child (the
+  // mappings of its memfds are inherited), as documented.
+  if (parents[0] != 0x5a) failed |= 128;
+  parents[1] = 0x33;
+  return failed;
+}
+
+// Fork is supported in one way: a child of a process that started gmlake
+// cannot use it (nor could it use CUDA), and every call says so at once.
+// Without that, a child forked while another thread was inside gmlake hung
+// on the copied lock, and otherwise allocated from a copy of the parent's
+// books: memory the parent also hands out.
+TEST(CApiTest, AForkedChildIsRefusedAtOnceEvenWhileAThreadIsInside) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  char* parents = static_cast<char*>(gmlake_malloc(3 << 20, 0, 0));
+  ASSERT_NE(parents, nullptr) << gmlake_last_error();
+  std::memset(parents, 0x5a, 3 << 20);
+  std::atomic<bool> stop{false};
+  std::thread busy([&stop] {
+    for (size_t i = 0; !stop.load(); ++i) {
+      void* q = gmlake_malloc(((i % 7) + 1) << 20, 0, 0);
+      gmlake_free(q);
+      if (i % 16 == 0) gmlake_empty_cache();
+    }
+  });
+  for (int round = 0; round < 16; ++round) {
+    parents[1] = 0x5a;
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(ChildChecks(parents));
+    // Generous: a healthy child exits in milliseconds.
+    int status = 0;
+    pid_t done = 0;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (done == 0) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      ADD_FAILURE() << "round " << round << ": the forked child hung";
+      continue;
+    }
+    ASSERT_TRUE(WIFEXITED(status)) << "round " << round;
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "round " << round << ": failed checks (bits of ChildChecks)";
+    EXPECT_EQ(parents[1], 0x33) << "the child's write is the parent's too";
+  }
+  stop = true;
+  busy.join();
+  // The parent is untouched by it all.
+  EXPECT_EQ(gmlake_free(parents), 0) << gmlake_last_error();
+  void* p = gmlake_malloc(5 << 20, 0, 0);
+  EXPECT_NE(p, nullptr) << gmlake_last_error();
+  EXPECT_EQ(gmlake_free(p), 0);
   gmlake_shutdown();
 }
 

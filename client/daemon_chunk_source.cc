@@ -151,21 +151,20 @@ absl::Status DaemonChunkSource::Open() {
   if (resp.devices_size() == 0) {
     return absl::FailedPreconditionError("gmlaked reports no devices");
   }
-  std::vector<DeviceState> devices(resp.devices_size());
-  uint64_t max_capacity = 0;
+  std::vector<const v1::DeviceInfo*> served(resp.devices_size(), nullptr);
   for (const v1::DeviceInfo& d : resp.devices()) {
     if (d.device() < 0 || d.device() >= resp.devices_size() ||
-        d.chunk_size() == 0) {
+        d.chunk_size() == 0 || served[d.device()] != nullptr) {
       return absl::DataLossError("gmlaked sent a bad device list");
     }
-    devices[d.device()].chunk_size = d.chunk_size();
-    devices[d.device()].lake_capacity = d.capacity_bytes();
-    max_capacity = std::max<uint64_t>(max_capacity, d.capacity_bytes());
+    served[d.device()] = &d;
   }
-  {
-    MutexLock l(&mu_);
-    devices_ = std::move(devices);
-  }
+  if (absl::Status s = ChooseBackend(served); !s.ok()) return s;
+  return MatchDevices(served);
+}
+
+absl::Status DaemonChunkSource::ChooseBackend(
+    const std::vector<const v1::DeviceInfo*>& served) {
   if (options_.backend != nullptr) {
     if (options_.backend->name() != daemon_backend_) {
       return absl::FailedPreconditionError(
@@ -174,27 +173,90 @@ absl::Status DaemonChunkSource::Open() {
                        options_.backend->name(), ": they cannot be imported"));
     }
     backend_ = options_.backend;
-  } else {
-    BackendOptions bo;
-    bo.kind = daemon_backend_;
-    bo.host_devices = resp.devices_size();
-    bo.host_granularity = resp.devices(0).granularity();
-    bo.host_capacity_bytes = max_capacity;
-    absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(bo);
-    if (!b.ok()) {
-      return WithContext(absl::StrCat("creating a ", daemon_backend_,
-                                      " backend to import gmlaked's chunks"),
-                         b.status());
-    }
-    owned_backend_ = *std::move(b);
-    backend_ = owned_backend_.get();
+    return absl::OkStatus();
   }
-  if (backend_->device_count() < resp.devices_size()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("gmlaked serves %d devices but this process sees %d",
-                        resp.devices_size(), backend_->device_count()));
+  BackendOptions bo;
+  bo.kind = daemon_backend_;
+  uint64_t max_capacity = 0;
+  bool all_have_uuids = true;
+  for (const v1::DeviceInfo* d : served) {
+    max_capacity = std::max<uint64_t>(max_capacity, d->capacity_bytes());
+    all_have_uuids = all_have_uuids && !d->uuid().empty();
   }
+  // Emulated devices: by default this process sees what gmlaked serves
+  // (GMLAKE_HOST_VISIBLE_DEVICES decides over it, as CUDA_VISIBLE_DEVICES
+  // does for GPUs).
+  bo.host_devices = static_cast<int>(served.size());
+  if (all_have_uuids) {
+    for (const v1::DeviceInfo* d : served) bo.host_uuids.push_back(d->uuid());
+  }
+  bo.host_granularity = served[0]->granularity();
+  bo.host_capacity_bytes = max_capacity;
+  absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(bo);
+  if (!b.ok()) {
+    return WithContext(absl::StrCat("creating a ", daemon_backend_,
+                                    " backend to import gmlaked's chunks"),
+                       b.status());
+  }
+  owned_backend_ = *std::move(b);
+  backend_ = owned_backend_.get();
   return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::MatchDevices(
+    const std::vector<const v1::DeviceInfo*>& served) {
+  // By UUID: this process's device numbers are not gmlaked's when
+  // CUDA_VISIBLE_DEVICES differs. A daemon that sends no UUIDs predates
+  // them: by number then.
+  bool by_uuid = true;
+  for (const v1::DeviceInfo* d : served)
+    by_uuid = by_uuid && !d->uuid().empty();
+  std::vector<DeviceState> devices(backend_->device_count());
+  bool any = false;
+  for (int i = 0; i < backend_->device_count(); ++i) {
+    DeviceState& state = devices[i];
+    state.uuid = backend_->device_uuid(i);
+    for (const v1::DeviceInfo* d : served) {
+      if (by_uuid ? d->uuid() == state.uuid : d->device() == i) {
+        state.daemon_device = d->device();
+        state.chunk_size = d->chunk_size();
+        state.lake_capacity = d->capacity_bytes();
+      }
+    }
+    if (state.daemon_device < 0) {
+      // Never 0: the allocator divides by it.
+      state.chunk_size = backend_->granularity(i);
+    }
+    any = any || state.daemon_device >= 0;
+  }
+  for (const v1::DeviceInfo* d : served) daemon_uuids_.push_back(d->uuid());
+  if (!any) {
+    std::vector<std::string> mine;
+    for (const DeviceState& d : devices) mine.push_back(d.uuid);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gmlaked at ", options_.socket_path,
+        " serves none of this process's devices: it serves ",
+        absl::StrJoin(daemon_uuids_, ", "), "; this process sees ",
+        absl::StrJoin(mine, ", "),
+        " (CUDA_VISIBLE_DEVICES, or GMLAKE_HOST_VISIBLE_DEVICES on the host "
+        "backend, names others than gmlaked's)"));
+  }
+  MutexLock l(&mu_);
+  devices_ = std::move(devices);
+  return absl::OkStatus();
+}
+
+int DaemonChunkSource::LocalDevice(int daemon_device) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i].daemon_device == daemon_device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool DaemonChunkSource::serves(int device) const {
+  MutexLock l(&mu_);
+  return device >= 0 && static_cast<size_t>(device) < devices_.size() &&
+         devices_[device].daemon_device >= 0;
 }
 
 absl::Status DaemonChunkSource::Bind() {
@@ -271,16 +333,16 @@ void DaemonChunkSource::WatchLoop() {
   if (!watching_.HasBeenNotified()) watching_.Notify();
 }
 
-void DaemonChunkSource::HandlePressure(int device, uint64_t bytes) {
+void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
   pressure_requests_.fetch_add(1);
-  size_t n_devices;
+  int device;
   ReclaimHandler handler;
   {
     MutexLock l(&mu_);
-    n_devices = devices_.size();
+    device = LocalDevice(daemon_device);
     handler = reclaim_;
   }
-  if (device >= 0 && static_cast<size_t>(device) < n_devices) {
+  if (device >= 0) {
     const uint64_t before = given_back_bytes_.load();
     // Idle chunks first: nobody uses them.
     uint64_t freed = TrimIdle(device, 0, bytes);
@@ -342,9 +404,11 @@ std::vector<DaemonChunkSource::UsageFigures> DaemonChunkSource::UsageLocked()
   std::vector<UsageFigures> out;
   for (size_t i = 0; i < devices_.size(); ++i) {
     const DeviceState& d = devices_[i];
+    if (d.daemon_device < 0) continue;
     const uint64_t held = d.held.size() * d.chunk_size;
     const uint64_t idle = d.idle.size() * d.chunk_size;
-    UsageFigures u{static_cast<int>(i), held, idle};
+    // Under gmlaked's number for the device.
+    UsageFigures u{d.daemon_device, held, idle};
     if (d.noted) {
       u.used = std::min(d.noted_used, held);
       u.cached = idle + std::min(d.noted_cached, held - u.used);
@@ -382,12 +446,19 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
   {
     MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("device %d: gmlaked at %s serves devices 0..%d",
-                          device, options_.socket_path, devices_.size() - 1));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "device %d does not exist: this process has devices 0..%d", device,
+          devices_.size() - 1));
     }
     if (count == 0) return std::vector<ChunkHandle>{};
     DeviceState& d = devices_[device];
+    if (d.daemon_device < 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "gmlaked at %s does not serve this process's device %d (%s); it "
+          "serves %s",
+          options_.socket_path, device, d.uuid,
+          absl::StrJoin(daemon_uuids_, ", ")));
+    }
     const uint64_t after = (d.held.size() + count) * d.chunk_size;
     if (d.limit != 0 && after > d.limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -428,11 +499,12 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   v1::LeaseRequest req;
   req.set_session_id(session_id_);
   req.set_token(token_);
-  req.set_device(device);
   req.set_chunk_count(count);
   size_t chunk;
   {
     MutexLock l(&mu_);
+    // gmlaked's number for the device; the chunks are imported on ours.
+    req.set_device(devices_[device].daemon_device);
     chunk = devices_[device].chunk_size;
     AddUsage(UsageLocked(), req.mutable_usage());
   }
@@ -647,9 +719,18 @@ std::string DaemonChunkSource::Describe() const {
   MutexLock l(&mu_);
   std::vector<std::string> devs;
   for (size_t i = 0; i < devices_.size(); ++i) {
-    devs.push_back(absl::StrFormat("device %d: %s chunks, %s capacity", i,
-                                   FormatBytes(devices_[i].chunk_size),
-                                   FormatBytes(devices_[i].lake_capacity)));
+    const DeviceState& d = devices_[i];
+    if (d.daemon_device < 0) {
+      devs.push_back(absl::StrFormat("device %d (%s): not served", i, d.uuid));
+      continue;
+    }
+    // gmlaked's number for it only where it differs from ours.
+    devs.push_back(absl::StrFormat(
+        "device %d%s: %s chunks, %s capacity", i,
+        d.daemon_device == static_cast<int>(i)
+            ? ""
+            : absl::StrFormat(" (gmlaked's %d, %s)", d.daemon_device, d.uuid),
+        FormatBytes(d.chunk_size), FormatBytes(d.lake_capacity)));
   }
   return absl::StrFormat("gmlaked at %s (session %d, %s backend; %s)%s",
                          options_.socket_path, session_id_, daemon_backend_,

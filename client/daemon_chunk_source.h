@@ -15,6 +15,11 @@
 // the rest, gives back what it returned, and reports usage (which tells the
 // daemon it has answered).
 //
+// Devices are this process's, numbered as its backend numbers them; each is
+// paired with gmlaked's device of the same UUID (CUDA_VISIBLE_DEVICES gives
+// a rank other numbers than gmlaked's). Requests, usage and pressure are
+// translated; a device gmlaked does not serve is said so per device.
+//
 // If the daemon goes away, the source keeps working with what it holds:
 // Acquire serves idle chunks and otherwise fails with Unavailable saying
 // so; Return releases locally. Nothing here crashes the process.
@@ -46,6 +51,10 @@
 #include "common/vmm.h"
 
 namespace gmlake {
+
+namespace v1 {
+class DeviceInfo;  // proto/gmlake.proto; only the .cc sees gRPC's headers
+}  // namespace v1
 
 struct DaemonSourceOptions {
   // gmlaked's gRPC socket.
@@ -122,6 +131,12 @@ class DaemonChunkSource : public ChunkSource {
   // Gives every idle chunk back to the daemon. Returns the bytes given.
   uint64_t ReleaseIdle(int device);
 
+  // Whether gmlaked serves this process's `device` (a device of the same
+  // UUID). Those it does not serve keep a chunk_size (the backend's
+  // granularity) and fail Acquire with FailedPrecondition naming them;
+  // OpenLake serves them from an embedded lake (split_lake.h).
+  bool serves(int device) const;
+
   // OK while the daemon is reachable; afterwards, why it is not.
   absl::Status daemon_status() const;
   uint64_t session_id() const { return session_id_; }
@@ -135,7 +150,12 @@ class DaemonChunkSource : public ChunkSource {
   }
 
  private:
+  // Per device of this process (its numbering; gmlaked's may differ).
   struct DeviceState {
+    std::string uuid;
+    // gmlaked's number for the device (same UUID); -1: not served.
+    int daemon_device = -1;
+    // gmlaked's chunk size; the backend's granularity where not served.
     size_t chunk_size = 0;
     uint64_t lake_capacity = 0;
     uint64_t limit = 0;  // SetCapacity; 0: none
@@ -149,6 +169,14 @@ class DaemonChunkSource : public ChunkSource {
 
   explicit DaemonChunkSource(const DaemonSourceOptions& options);
   absl::Status Open();
+  // The backend chunks are imported through: the one given, else one of
+  // gmlaked's kind (on the host backend, seeing gmlaked's devices unless
+  // GMLAKE_HOST_VISIBLE_DEVICES says otherwise).
+  absl::Status ChooseBackend(const std::vector<const v1::DeviceInfo*>& served);
+  // Pairs each device of this process with gmlaked's of the same UUID.
+  absl::Status MatchDevices(const std::vector<const v1::DeviceInfo*>& served);
+  // This process's number for gmlaked's device `daemon_device` (-1: none).
+  int LocalDevice(int daemon_device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Bind();
   absl::Status StartWatch();
   void WatchLoop();
@@ -189,6 +217,7 @@ class DaemonChunkSource : public ChunkSource {
   std::string fd_socket_path_;
   std::string daemon_backend_;
   std::string daemon_description_;
+  std::vector<std::string> daemon_uuids_;  // by gmlaked's device number
 
   // The fd socket; one claim at a time.
   Mutex fd_mu_;

@@ -20,6 +20,7 @@
 #include "common/fd_passing.h"
 #include "common/mutex.h"
 #include "common/vmm.h"
+#include "common/vmm_books.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_harness.h"
@@ -287,6 +288,137 @@ TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {
   st = daemon_->Status();
   EXPECT_EQ(st->sessions_size(), 0);
   EXPECT_EQ(st->devices(0).leased_chunks(), 0u);
+}
+
+// A host backend seeing the node's emulated devices `nodes`, in that order
+// (what GMLAKE_HOST_VISIBLE_DEVICES gives a process).
+std::unique_ptr<VmmBackend> SeeingNodeDevices(const std::vector<int>& nodes) {
+  BackendOptions bo;
+  bo.kind = "host";
+  for (int n : nodes) bo.host_uuids.push_back(EmulatedDeviceUuid(n));
+  absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(bo);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+uint64_t LeasedOn(const v1::StatusResponse& st, uint64_t session, int device) {
+  for (const auto& s : st.sessions()) {
+    if (s.session_id() != session) continue;
+    for (const auto& l : s.leased()) {
+      if (l.device() == device) return l.chunks();
+    }
+  }
+  return 0;
+}
+
+// Devices are matched by UUID, not number (issue 11): a process that sees
+// the node's devices 2, 0 and 7 as its 0, 1 and 2 (CUDA_VISIBLE_DEVICES=2,0,7)
+// leases on gmlaked's devices 2 and 0, and device 7, which gmlaked does not
+// serve, gets a clear answer and never a chunk size of 0.
+TEST_F(DaemonChunkSourceTest, DevicesAreMatchedByUuid) {
+  Start({"--capacity=16MiB", "--host_devices=3"});
+  std::unique_ptr<VmmBackend> local = SeeingNodeDevices({2, 0, 7});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.backend = local.get();
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> made =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  DaemonChunkSource* s = made->get();
+  EXPECT_TRUE(s->serves(0));
+  EXPECT_TRUE(s->serves(1));
+  EXPECT_FALSE(s->serves(2));
+  absl::StatusOr<std::vector<ChunkHandle>> on2 = s->Acquire(0, 3);
+  ASSERT_TRUE(on2.ok()) << on2.status();
+  absl::StatusOr<std::vector<ChunkHandle>> on0 = s->Acquire(1, 2);
+  ASSERT_TRUE(on0.ok()) << on0.status();
+  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(LeasedOn(*st, s->session_id(), 2), 3u);
+  EXPECT_EQ(LeasedOn(*st, s->session_id(), 0), 2u);
+  EXPECT_EQ(LeasedOn(*st, s->session_id(), 1), 0u);
+  EXPECT_TRUE(Touch(s, *on2, 0x42, false).ok());
+  // Usage goes to gmlaked under its own numbers.
+  s->NoteUsage(0, kChunk, 2 * kChunk);
+  ASSERT_TRUE(s->ReportUsage().ok());
+  st = daemon_->Status();
+  bool reported = false;
+  for (const auto& u : st->sessions(0).usage()) {
+    if (u.device() == 2) {
+      reported = true;
+      EXPECT_EQ(u.used_bytes(), kChunk);
+    }
+    EXPECT_NE(u.device(), 7);
+  }
+  EXPECT_TRUE(reported);
+  // The device gmlaked does not serve.
+  EXPECT_EQ(s->chunk_size(2), kChunk);
+  absl::StatusOr<std::vector<ChunkHandle>> none = s->Acquire(2, 1);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(), HasSubstr(EmulatedDeviceUuid(7)));
+  EXPECT_THAT(none.status().message(), HasSubstr("does not serve"));
+  EXPECT_THAT(s->Describe(), HasSubstr("not served"));
+  s->Return(0, *on2);
+  s->Return(1, *on0);
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+  made->reset();
+}
+
+// Pressure on gmlaked's device 1 reaches the handler as the client's number
+// for it.
+TEST_F(DaemonChunkSourceTest, PressureComesUnderTheClientsDeviceNumber) {
+  Start({"--capacity=16MiB", "--host_devices=2"});
+  std::unique_ptr<VmmBackend> local = SeeingNodeDevices({1});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.backend = local.get();
+  o.name = "idle";
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> idle =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  std::unique_ptr<DaemonChunkSource> busy = Connect(0, "busy");
+  absl::StatusOr<std::vector<ChunkHandle>> held = (*idle)->Acquire(0, 8);
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::vector<int> asked_for;
+  DaemonChunkSource* raw = idle->get();
+  Mutex mu;
+  (*idle)->SetReclaimHandler([&](int device, uint64_t bytes) -> uint64_t {
+    MutexLock l(&mu);
+    asked_for.push_back(device);
+    std::vector<ChunkHandle> give;
+    while (!held->empty() && give.size() * kChunk < bytes) {
+      give.push_back(held->back());
+      held->pop_back();
+    }
+    raw->Return(device, give);
+    return give.size() * kChunk;
+  });
+  absl::StatusOr<std::vector<ChunkHandle>> got = busy->Acquire(1, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  {
+    MutexLock l(&mu);
+    EXPECT_EQ(asked_for, std::vector<int>{0});
+  }
+  busy->Return(1, *got);
+  (*idle)->Return(0, *held);
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+}
+
+// A process that sees none of gmlaked's devices cannot use it, and says
+// which devices are which.
+TEST_F(DaemonChunkSourceTest, NoDeviceInCommonIsRefusedWithTheUuids) {
+  Start({"--capacity=16MiB", "--host_devices=2"});
+  std::unique_ptr<VmmBackend> local = SeeingNodeDevices({4});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.backend = local.get();
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
+      DaemonChunkSource::Connect(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr(EmulatedDeviceUuid(4)));
+  EXPECT_THAT(s.status().message(), HasSubstr(EmulatedDeviceUuid(1)));
+  EXPECT_THAT(s.status().message(), HasSubstr("CUDA_VISIBLE_DEVICES"));
 }
 
 }  // namespace

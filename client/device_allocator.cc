@@ -691,7 +691,7 @@ absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
   mu_.Unlock();
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(
       backend_, small ? options_.small_arena : options_.large_arena, page_size_,
-      small);
+      small, device_);
   mu_.Lock();
   if (!arena.ok()) return arena.status();
   auto& list = small ? small_arenas_ : large_arenas_;

@@ -11,6 +11,9 @@
  *
  * PyTorch: torch.cuda.memory.CUDAPluggableAllocator("libgmlake.so",
  * "gmlake_torch_malloc", "gmlake_torch_free").
+ *
+ * Fork: a child forked from a process that started gmlake cannot use it;
+ * every call there fails at once saying so (docs/design.md, "Fork").
  */
 
 #ifndef GMLAKE_CLIENT_GMLAKE_H_
@@ -31,7 +34,8 @@ int gmlake_init(const char* conf);
  * before become invalid; no other thread may be inside gmlake meanwhile. */
 void gmlake_shutdown(void);
 
-/* `size` bytes on `device` for use on `stream` (a CUstream; 0: default). */
+/* `size` bytes on `device` for use on `stream` (a CUstream; 0: default).
+ * Size 0 gives NULL and is no failure: gmlake_last_error() is then "". */
 void* gmlake_malloc(size_t size, int device, uint64_t stream);
 int gmlake_free(void* ptr);
 /* `ptr` is also used on `stream`: its memory is reused only after the work
@@ -56,9 +60,24 @@ const char* gmlake_last_error(void);
 /* Which backend and lake are in use (NULL before init). */
 const char* gmlake_describe(void);
 
-/* The signatures torch.cuda.memory.CUDAPluggableAllocator expects. */
+/* The signatures torch.cuda.memory.CUDAPluggableAllocator expects.
+ *
+ * gmlake_torch_malloc never returns NULL for a failure (PyTorch would make
+ * a tensor at address 0 of it): it throws std::runtime_error, a C++
+ * exception through this C signature, which PyTorch calls from C++ and
+ * turns into a Python RuntimeError. Out of memory reads as PyTorch's own
+ * message begins, "CUDA out of memory. Tried to allocate 3.00 GiB. ", then
+ * gmlake's account (asked, allocated, reserved, free but unusable, capacity,
+ * what the lake said). Size 0 gives NULL. Only this entry point throws. */
 void* gmlake_torch_malloc(ssize_t size, int device, void* stream);
 void gmlake_torch_free(void* ptr, ssize_t size, int device, void* stream);
+/* gmlake_torch_malloc without the exception, for a shim that throws its
+ * framework's own type (client/python/gmlake/_torch_oom.cc throws
+ * torch.OutOfMemoryError): 0 with *ptr on success (NULL for size 0); -1 on
+ * failure with *ptr NULL, *out_of_memory 1 when no memory could be had (0
+ * for a bad call) and gmlake_last_error() worded as the exception is. */
+int gmlake_torch_try_malloc(ssize_t size, int device, void* stream, void** ptr,
+                            int* out_of_memory);
 
 #ifdef __cplusplus
 }

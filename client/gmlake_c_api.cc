@@ -2,11 +2,16 @@
 //
 // The C API over one process-wide Allocator.
 
+#include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "absl/base/call_once.h"
@@ -15,6 +20,7 @@
 #include "client/gmlake.h"
 #include "client/lake.h"
 #include "client/options.h"
+#include "common/bytes.h"
 #include "common/mutex.h"
 
 namespace gmlake {
@@ -35,13 +41,83 @@ Global& G() {
 }
 
 thread_local std::string last_error;
+thread_local absl::StatusCode last_code = absl::StatusCode::kOk;
 
 int Fail(const absl::Status& s) {
   last_error = std::string(s.message());
+  last_code = s.code();
+  return -1;
+}
+
+// Whether a failed malloc means "no memory to be had" (PyTorch's
+// OutOfMemoryError): anything but a bad call or a process that may not
+// allocate at all. A lake that is gone or failed is no memory too, to the
+// caller that wanted some.
+// Fork. A child forked from a process that started gmlake gets copies of
+// the allocator's books and locks (a lock another thread held at the fork
+// stays held for good) and, on the cuda backend, a CUDA that does not work
+// after fork. So every entry point of such a child refuses at once,
+// before any lock: the pid of the parent it was forked from, else 0.
+std::atomic<pid_t> forked_from{0};
+
+void OnForkInChild() {
+  forked_from.store(getppid(), std::memory_order_relaxed);
+}
+
+// Called once gmlake starts in this process.
+void WatchForks() {
+  static absl::once_flag once;
+  absl::call_once(once,
+                  [] { pthread_atfork(nullptr, nullptr, OnForkInChild); });
+}
+
+// True (with the error set) in a forked child of a process using gmlake.
+bool RefusedAfterFork() {
+  const pid_t parent = forked_from.load(std::memory_order_relaxed);
+  if (ABSL_PREDICT_TRUE(parent == 0)) return false;
+  Fail(absl::FailedPreconditionError(absl::StrCat(
+      "gmlake: this process (pid ", getpid(), ") was forked from pid ", parent,
+      ", which had started gmlake; a forked child cannot use it (nor CUDA): "
+      "its books and locks are copies of the parent's. Start workers with "
+      "exec or multiprocessing's 'spawn' and use gmlake there (docs/design.md, "
+      "\"Fork\")")));
+  return true;
+}
+
+bool IsOutOfMemory(absl::StatusCode code) {
+  return code != absl::StatusCode::kInvalidArgument &&
+         code != absl::StatusCode::kFailedPrecondition &&
+         code != absl::StatusCode::kOk;
+}
+
+// gmlake_torch_malloc without the throw: 0 on success; -1 with last_error in
+// PyTorch's words on failure.
+int TorchTryMalloc(ssize_t size, int device, void* stream, void** ptr,
+                   int* out_of_memory) {
+  *ptr = nullptr;
+  *out_of_memory = 0;
+  if (size < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("gmlake: malloc of size ", size, " (negative)")));
+  }
+  *ptr = gmlake_malloc(static_cast<size_t>(size), device,
+                       reinterpret_cast<uint64_t>(stream));
+  if (*ptr != nullptr || size == 0) return 0;
+  if (IsOutOfMemory(last_code)) {
+    *out_of_memory = 1;
+    // PyTorch's first sentence, which scripts and people search for, then
+    // our account (asked, live, reserved, cached, capacity, the lake's say).
+    last_error = absl::StrCat("CUDA out of memory. Tried to allocate ",
+                              FormatBytes(static_cast<uint64_t>(size)), ". ",
+                              last_error);
+  } else if (last_error.rfind("gmlake", 0) != 0) {
+    last_error = absl::StrCat("gmlake: ", last_error);
+  }
   return -1;
 }
 
 absl::Status InitLocked(Global& g, const char* conf) {
+  WatchForks();
   const std::string text =
       conf != nullptr
           ? conf
@@ -68,6 +144,7 @@ absl::Status InitLocked(Global& g, const char* conf) {
 
 // The allocator, initialised from GMLAKE_CONF on first use.
 Allocator* Get() {
+  if (RefusedAfterFork()) return nullptr;
   Global& g = G();
   if (Allocator* a = g.ready.load(std::memory_order_acquire)) return a;
   gmlake::MutexLock lock(&g.mu);
@@ -96,6 +173,7 @@ using gmlake::Get;
 extern "C" {
 
 int gmlake_init(const char* conf) {
+  if (gmlake::RefusedAfterFork()) return -1;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   absl::Status s = gmlake::InitLocked(g, conf);
@@ -103,6 +181,8 @@ int gmlake_init(const char* conf) {
 }
 
 void gmlake_shutdown(void) {
+  // A forked child leaves the parent's books alone (and its locks).
+  if (gmlake::RefusedAfterFork()) return;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   g.ready.store(nullptr, std::memory_order_release);
@@ -114,6 +194,12 @@ void gmlake_shutdown(void) {
 void* gmlake_malloc(size_t size, int device, uint64_t stream) {
   gmlake::Allocator* a = Get();
   if (a == nullptr) return nullptr;
+  if (size == 0) {
+    // NULL here is a success: nothing may read an older error as its cause.
+    gmlake::last_error.clear();
+    gmlake::last_code = absl::StatusCode::kOk;
+    return nullptr;
+  }
   absl::StatusOr<gmlake::DevicePtr> p = a->Malloc(size, device, stream);
   if (!p.ok()) {
     Fail(p.status());
@@ -168,19 +254,50 @@ void gmlake_free_string(char* s) { std::free(s); }
 const char* gmlake_last_error(void) { return gmlake::last_error.c_str(); }
 
 const char* gmlake_describe(void) {
+  if (gmlake::RefusedAfterFork()) return nullptr;
   gmlake::Global& g = gmlake::G();
   gmlake::MutexLock lock(&g.mu);
   return g.allocator == nullptr ? nullptr : g.description.c_str();
 }
 
+int gmlake_torch_try_malloc(ssize_t size, int device, void* stream, void** ptr,
+                            int* out_of_memory) {
+  void* p = nullptr;
+  int oom = 0;
+  const int rc = gmlake::TorchTryMalloc(size, device, stream, &p, &oom);
+  if (ptr != nullptr) *ptr = p;
+  if (out_of_memory != nullptr) *out_of_memory = oom;
+  return rc;
+}
+
 void* gmlake_torch_malloc(ssize_t size, int device, void* stream) {
-  if (size < 0) return nullptr;
-  return gmlake_malloc(static_cast<size_t>(size), device,
-                       reinterpret_cast<uint64_t>(stream));
+  void* p = nullptr;
+  int oom = 0;
+  // PyTorch's CUDAPluggableAllocator takes whatever pointer comes back, and
+  // a null becomes a tensor at address 0: the first kernel on it is an
+  // illegal memory access that poisons the CUDA context. A C++ exception
+  // reaches Python as a RuntimeError the script can catch.
+  if (gmlake::TorchTryMalloc(size, device, stream, &p, &oom) != 0) {
+    throw std::runtime_error(gmlake::last_error);
+  }
+  return p;
 }
 
 void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
                        void* /*stream*/) {
+  if (gmlake::RefusedAfterFork()) {
+    // A forked child dropping a tensor it inherited (a DataLoader worker's
+    // copy of a dataset): the memory is the parent's; nothing to do, and
+    // said once.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr,
+                   "gmlake: frees in this forked child (pid %d) are ignored: "
+                   "the memory belongs to the parent\n",
+                   static_cast<int>(getpid()));
+    }
+    return;
+  }
   if (gmlake_free(ptr) != 0) {
     std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/daemon_chunk_source.h"
 #include "client/embedded_lake.h"
+#include "client/split_lake.h"
 #include "common/vmm.h"
 
 namespace gmlake {
@@ -30,6 +31,25 @@ absl::StatusOr<OpenedLake> OpenEmbedded(const AllocatorOptions& options,
   out.description = lake->Describe() + why;
   out.source = std::move(lake);
   return out;
+}
+
+// gmlaked alone when it serves every device of this process; else a split:
+// an embedded lake over the same backend for the devices it does not serve
+// (a rank that sees a GPU the node's gmlaked does not), said at start.
+std::unique_ptr<ChunkSource> WithEmbeddedWhereUnserved(
+    std::unique_ptr<DaemonChunkSource> daemon,
+    const AllocatorOptions& options) {
+  std::vector<bool> served;
+  bool all = true;
+  for (int d = 0; d < daemon->backend()->device_count(); ++d) {
+    served.push_back(daemon->serves(d));
+    all = all && served.back();
+  }
+  if (all) return daemon;
+  auto local = std::make_unique<EmbeddedLake>(
+      daemon->backend(), options.chunk_size, options.max_chunk);
+  return std::make_unique<SplitLake>(std::move(daemon), std::move(local),
+                                     std::move(served));
 }
 
 }  // namespace
@@ -56,16 +76,17 @@ absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
         options,
         absl::StrCat(" (gmlaked not used: ", daemon.status().message(), ")"));
   }
-  for (int dev = 0; dev < (*daemon)->backend()->device_count(); ++dev) {
+  std::unique_ptr<ChunkSource> source =
+      WithEmbeddedWhereUnserved(*std::move(daemon), options);
+  for (int dev = 0; dev < source->backend()->device_count(); ++dev) {
     if (options.capacity == 0) break;
-    if (absl::Status s = (*daemon)->SetCapacity(dev, options.capacity);
-        !s.ok()) {
+    if (absl::Status s = source->SetCapacity(dev, options.capacity); !s.ok()) {
       return s;
     }
   }
   OpenedLake out;
-  out.description = (*daemon)->Describe();
-  out.source = *std::move(daemon);
+  out.description = source->Describe();
+  out.source = std::move(source);
   return out;
 }
 

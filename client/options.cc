@@ -131,6 +131,19 @@ absl::StatusOr<AllocatorOptions> ParseConf(absl::string_view conf,
   if (base.small_size == 0) {
     return absl::InvalidArgumentError("GMLAKE_CONF: small_size must be > 0");
   }
+  // Half of x86-64's 47-bit user address space: an arena beyond it can
+  // never be reserved, and its page tables alone would exhaust memory.
+  constexpr uint64_t kMaxArena = uint64_t{64} << 40;
+  for (const auto& [key, value] :
+       {std::pair<const char*, uint64_t>{"large_arena", base.large_arena},
+        {"small_arena", base.small_arena}}) {
+    if (value > kMaxArena) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GMLAKE_CONF: ", key, " is ", FormatBytes(value),
+                       "; it can be at most ", FormatBytes(kMaxArena),
+                       " (address space of a process)"));
+    }
+  }
   return base;
 }
 

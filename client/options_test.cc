@@ -53,5 +53,17 @@ TEST(OptionsTest, GrowSlackIsAFraction) {
   }
 }
 
+// An arena's page tables are sized by it: an absurd arena would be a
+// bad_alloc (a crash) on the first large request, not an error.
+TEST(ParseConfTest, ArenasLargerThanAnAddressSpaceAreRefused) {
+  for (const char* conf : {"large_arena:100000TiB", "small_arena:65TiB"}) {
+    auto o = ParseConf(conf);
+    ASSERT_FALSE(o.ok()) << conf;
+    EXPECT_NE(o.status().message().find("at most 64.00 TiB"), std::string::npos)
+        << o.status();
+  }
+  EXPECT_TRUE(ParseConf("large_arena:64TiB,small_arena:1TiB").ok());
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -58,7 +58,8 @@ absl::StatusOr<ChunkHandle> AccountingBackend::DoImportChunk(int fd, int device,
 }
 
 absl::StatusOr<DevicePtr> AccountingBackend::DoReserveRange(size_t size,
-                                                            size_t alignment) {
+                                                            size_t alignment,
+                                                            int /*device*/) {
   return books_.ReserveRange(
       size, alignment,
       [this](size_t size, size_t alignment) -> absl::StatusOr<DevicePtr> {

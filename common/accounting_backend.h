@@ -48,6 +48,9 @@ class AccountingBackend : public VmmBackend {
   // 2 MiB chunks", then "; <note>" when the options carry one.
   std::string Describe() const override;
   int device_count() const override { return books_.devices(); }
+  std::string device_uuid(int device) const override {
+    return books_.device_uuid(device);
+  }
   size_t granularity(int /*device*/) const override {
     return books_.granularity();
   }
@@ -70,8 +73,8 @@ class AccountingBackend : public VmmBackend {
   absl::StatusOr<UniqueFd> DoExportChunk(ChunkHandle chunk) override;
   absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
                                             size_t size) override;
-  absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
-                                           size_t alignment) override;
+  absl::StatusOr<DevicePtr> DoReserveRange(size_t size, size_t alignment,
+                                           int device) override;
   absl::Status DoFreeRange(DevicePtr base, size_t size) override;
   absl::Status DoMap(DevicePtr addr, size_t size, ChunkHandle chunk) override;
   absl::Status DoUnmap(DevicePtr addr, size_t size) override;

@@ -2,6 +2,7 @@
 //
 // CreateBackend (declared in common/vmm.h): picks and makes a VMM backend.
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -9,7 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/accounting_backend.h"
 #include "common/bytes.h"
 #include "common/cuda_backend.h"
@@ -27,12 +31,39 @@ bool IsKnownKind(const std::string& kind) {
          kind == "accounting";
 }
 
+// GMLAKE_HOST_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES: which of the node's
+// emulated devices this process sees, in its order ("2,0"). Empty when unset.
+absl::StatusOr<std::vector<std::string>> VisibleDeviceUuids() {
+  const char* env = std::getenv("GMLAKE_HOST_VISIBLE_DEVICES");
+  if (env == nullptr || *env == '\0') return std::vector<std::string>{};
+  std::vector<std::string> uuids;
+  std::vector<int> seen;
+  for (absl::string_view item : absl::StrSplit(env, ',')) {
+    int n = -1;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(item), &n) || n < 0 ||
+        n > 4095 || std::find(seen.begin(), seen.end(), n) != seen.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GMLAKE_HOST_VISIBLE_DEVICES=", env,
+          " is not a list of distinct device numbers 0..4095 (e.g. 2,0)"));
+    }
+    seen.push_back(n);
+    uuids.push_back(EmulatedDeviceUuid(n));
+  }
+  return uuids;
+}
+
 // The emulated backends' options from `options`, with GMLAKE_HOST_CAPACITY
-// filling in a capacity the options leave at 0.
+// filling in a capacity the options leave at 0, and
+// GMLAKE_HOST_VISIBLE_DEVICES deciding the devices when set.
 absl::StatusOr<EmulatedBackendOptions> EmulatedOptions(
     const BackendOptions& options, std::string note) {
   EmulatedBackendOptions out;
   out.devices = options.host_devices;
+  out.uuids = options.host_uuids;
+  absl::StatusOr<std::vector<std::string>> visible = VisibleDeviceUuids();
+  if (!visible.ok()) return visible.status();
+  if (!visible->empty()) out.uuids = *std::move(visible);
+  if (!out.uuids.empty()) out.devices = static_cast<int>(out.uuids.size());
   if (options.host_granularity != 0) out.granularity = options.host_granularity;
   if (options.host_capacity_bytes != 0) {
     out.capacity_bytes = options.host_capacity_bytes;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "common/vmm.h"
+#include "common/vmm_books.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,6 +14,8 @@ namespace gmlake {
 namespace {
 
 using ::testing::HasSubstr;
+
+std::string EmulatedUuid(int n) { return EmulatedDeviceUuid(n); }
 
 // Sets an environment variable for the test's lifetime.
 class ScopedEnv {
@@ -50,6 +53,7 @@ class BackendFactoryTest : public ::testing::Test {
   // The tests set these themselves.
   ScopedEnv backend_{"GMLAKE_BACKEND", nullptr};
   ScopedEnv capacity_{"GMLAKE_HOST_CAPACITY", nullptr};
+  ScopedEnv visible_{"GMLAKE_HOST_VISIBLE_DEVICES", nullptr};
 };
 
 TEST_F(BackendFactoryTest, ExplicitKinds) {
@@ -154,6 +158,62 @@ TEST_F(BackendFactoryTest, HostOptions) {
   o.host_devices = 0;
   EXPECT_EQ(CreateBackend(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Emulated devices have UUIDs, as GPUs do, so that client and gmlaked can be
+// tested matching devices by UUID rather than by number.
+TEST_F(BackendFactoryTest, EmulatedDevicesHaveStableDistinctUuids) {
+  for (const char* kind : {"host", "accounting"}) {
+    BackendOptions o = Kind(kind);
+    o.host_devices = 3;
+    absl::StatusOr<std::unique_ptr<VmmBackend>> a = CreateBackend(o);
+    absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(o);
+    ASSERT_TRUE(a.ok() && b.ok());
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ((*a)->device_uuid(d), EmulatedUuid(d)) << kind;
+      EXPECT_EQ((*a)->device_uuid(d), (*b)->device_uuid(d)) << kind;
+    }
+    EXPECT_NE((*a)->device_uuid(0), (*a)->device_uuid(1));
+    EXPECT_EQ((*a)->device_uuid(3), "");
+    EXPECT_EQ((*a)->device_uuid(-1), "");
+  }
+  EXPECT_EQ(EmulatedUuid(2), "GPU-686f7374-0000-0000-0000-000000000002");
+}
+
+// GMLAKE_HOST_VISIBLE_DEVICES is to the emulated devices what
+// CUDA_VISIBLE_DEVICES is to GPUs: which of the node's this process sees,
+// in its own order.
+TEST_F(BackendFactoryTest, VisibleDevicesPickAndOrderTheNodesDevices) {
+  ScopedEnv visible("GMLAKE_HOST_VISIBLE_DEVICES", "2,0");
+  BackendOptions o = Kind("host");
+  o.host_devices = 4;  // the environment decides over this
+  absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ((*b)->device_count(), 2);
+  EXPECT_EQ((*b)->device_uuid(0), EmulatedUuid(2));
+  EXPECT_EQ((*b)->device_uuid(1), EmulatedUuid(0));
+  EXPECT_THAT((*b)->Describe(), HasSubstr(EmulatedUuid(2)));
+}
+
+TEST_F(BackendFactoryTest, UuidsFromTheOptions) {
+  BackendOptions o = Kind("host");
+  o.host_uuids = {"GPU-b", "GPU-a"};
+  absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ((*b)->device_count(), 2);
+  EXPECT_EQ((*b)->device_uuid(0), "GPU-b");
+  o.host_uuids = {"GPU-a", "GPU-a"};
+  EXPECT_THAT(CreateBackend(o).status().message(), HasSubstr("same UUID"));
+}
+
+TEST_F(BackendFactoryTest, BadVisibleDevicesNameTheVariable) {
+  for (const char* bad : {"a", "1,1", "-1", "0,,2", "5000"}) {
+    ScopedEnv visible("GMLAKE_HOST_VISIBLE_DEVICES", bad);
+    absl::StatusOr<std::unique_ptr<VmmBackend>> b = CreateBackend(Kind("host"));
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(b.status().message(), HasSubstr("GMLAKE_HOST_VISIBLE_DEVICES"));
+  }
 }
 
 }  // namespace

@@ -33,6 +33,17 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string Hex(uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); }
 
+// As nvidia-smi writes it: "GPU-8e6a2c1f-4b0d-1a2b-3c4d-5e6f70819203".
+std::string GpuUuidString(const CUuuid& uuid) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppendFormat(&out, "%02x",
+                          static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return out;
+}
+
 std::string Bytes(size_t n) {
   if (n % kMiB == 0) return absl::StrCat(n / kMiB, " MiB");
   if (n % 1024 == 0) return absl::StrCat(n / 1024, " KiB");
@@ -62,14 +73,18 @@ class CudaBackend final : public VmmBackend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  // Finds the devices, checks their features, retains their primary
-  // contexts. Called once, before the backend is shared.
+  // Finds the devices and checks their features, creating no context.
+  // Called once, before the backend is shared.
   absl::Status Init();
 
   absl::string_view name() const override { return "cuda"; }
   std::string Describe() const override;
   int device_count() const override {
     return static_cast<int>(devices_.size());
+  }
+  std::string device_uuid(int device) const override {
+    if (device < 0 || device >= device_count()) return "";
+    return devices_[device].uuid;
   }
   size_t granularity(int device) const override {
     if (device < 0 || device >= device_count()) return 0;
@@ -92,8 +107,8 @@ class CudaBackend final : public VmmBackend {
   absl::StatusOr<UniqueFd> DoExportChunk(ChunkHandle chunk) override;
   absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
                                             size_t size) override;
-  absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
-                                           size_t alignment) override;
+  absl::StatusOr<DevicePtr> DoReserveRange(size_t size, size_t alignment,
+                                           int device) override;
   absl::Status DoFreeRange(DevicePtr base, size_t size) override;
   absl::Status DoMap(DevicePtr addr, size_t size, ChunkHandle chunk) override;
   absl::Status DoUnmap(DevicePtr addr, size_t size) override;
@@ -110,10 +125,14 @@ class CudaBackend final : public VmmBackend {
  private:
   struct Device {
     CUdevice device = 0;
-    CUcontext context = nullptr;  // retained primary context
     std::string name;
+    std::string uuid;  // "GPU-..." as nvidia-smi writes it
     size_t total_bytes = 0;
     size_t granularity = 0;
+  };
+  struct RangeInfo {
+    size_t size;
+    int device;  // whose context reserved it, and frees it
   };
   struct ChunkInfo {
     CUmemGenericAllocationHandle cu;  // the driver's handle
@@ -134,8 +153,16 @@ class CudaBackend final : public VmmBackend {
   }
   absl::Status CheckDevice(int device) const;
   absl::Status CheckSize(int device, size_t size, absl::string_view what) const;
-  // Makes `device`'s primary context current in this thread.
+  // `device`'s primary context, retained on first use.
+  absl::StatusOr<CUcontext> Context(int device) const;
+  // Makes `device`'s primary context current in this thread (retaining it
+  // on first use).
   absl::Status MakeCurrent(int device) const;
+  // For a range of no device in particular: the lowest device whose context
+  // exists already, else 0.
+  int DeviceInUse() const;
+  // cuMemGetAllocationGranularity for `dev`, without leaving a context.
+  absl::Status QueryGranularity(int ordinal, Device* dev);
 
   // The mappings that together cover [addr, addr+size) without gaps, in
   // address order. With `whole`, the range must start and end on mapping
@@ -151,8 +178,12 @@ class CudaBackend final : public VmmBackend {
   const CudaDriver& driver_;
   const uint64_t generation_;
   std::vector<Device> devices_;  // fixed after Init
-  size_t max_granularity_ = 0;   // the unit of virtual ranges
-  size_t min_granularity_ = 0;   // what Unmap/SetAccess ranges align to
+  // Per device: its retained primary context, null until first needed.
+  // Written once (under context_mu_), then read without a lock.
+  mutable std::unique_ptr<std::atomic<CUcontext>[]> contexts_;
+  mutable Mutex context_mu_;
+  size_t max_granularity_ = 0;  // the unit of virtual ranges
+  size_t min_granularity_ = 0;  // what Unmap/SetAccess ranges align to
 
   mutable Mutex mu_;
   // Keyed by our own handle numbers, not the driver's: an import of a chunk
@@ -160,8 +191,8 @@ class CudaBackend final : public VmmBackend {
   // have, and each ChunkHandle must be released on its own.
   uint64_t next_chunk_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<ChunkHandle, ChunkInfo> chunks_ ABSL_GUARDED_BY(mu_);
-  std::map<DevicePtr, size_t> ranges_ ABSL_GUARDED_BY(mu_);  // base -> size
-  MappingMap mappings_ ABSL_GUARDED_BY(mu_);                 // addr -> info
+  std::map<DevicePtr, RangeInfo> ranges_ ABSL_GUARDED_BY(mu_);  // by base
+  MappingMap mappings_ ABSL_GUARDED_BY(mu_);                    // addr -> info
   absl::flat_hash_map<EventHandle, int> events_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -181,6 +212,8 @@ absl::Status CudaBackend::Init() {
         "; set GMLAKE_BACKEND=host to run without a GPU"));
   }
   devices_.reserve(count);
+  contexts_ = std::make_unique<std::atomic<CUcontext>[]>(count);
+  for (int i = 0; i < count; ++i) contexts_[i] = nullptr;
   for (int i = 0; i < count; ++i) {
     Device dev;
     if (CUresult r = d.cuDeviceGet(&dev.device, i); r != CUDA_SUCCESS) {
@@ -192,6 +225,11 @@ absl::Status CudaBackend::Init() {
       return Error(r, absl::StrCat("cuDeviceGetName(device=", i, ")"));
     }
     dev.name = name;
+    CUuuid uuid = {};
+    if (CUresult r = d.cuDeviceGetUuid(&uuid, dev.device); r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDeviceGetUuid(device=", i, ")"));
+    }
+    dev.uuid = GpuUuidString(uuid);
     if (CUresult r = d.cuDeviceTotalMem(&dev.total_bytes, dev.device);
         r != CUDA_SUCCESS) {
       return Error(r, absl::StrCat("cuDeviceTotalMem(device=", i, ")"));
@@ -221,30 +259,49 @@ absl::Status CudaBackend::Init() {
           !vmm ? "virtual memory management" : "POSIX file-descriptor handles",
           ", which GMLake needs; set GMLAKE_BACKEND=host to run without it"));
     }
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev.device;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if (CUresult r = d.cuMemGetAllocationGranularity(
-            &dev.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        r != CUDA_SUCCESS) {
-      return Error(
-          r, absl::StrCat("cuMemGetAllocationGranularity(device=", i, ")"));
-    }
-    if (dev.granularity == 0) {
-      return absl::InternalError(absl::StrCat(
-          "cuMemGetAllocationGranularity(device=", i, ") returned 0"));
-    }
-    if (CUresult r = d.cuDevicePrimaryCtxRetain(&dev.context, dev.device);
-        r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDevicePrimaryCtxRetain(device=", i, ")"));
-    }
+    if (absl::Status s = QueryGranularity(i, &dev); !s.ok()) return s;
     max_granularity_ = std::max(max_granularity_, dev.granularity);
     min_granularity_ = min_granularity_ == 0
                            ? dev.granularity
                            : std::min(min_granularity_, dev.granularity);
-    devices_.push_back(std::move(dev));  // the destructor releases it now
+    devices_.push_back(std::move(dev));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::QueryGranularity(int ordinal, Device* dev) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev->device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUresult r = driver_.cuMemGetAllocationGranularity(
+      &dev->granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    // A driver that wants a context for the question gets the device's for
+    // the time of it; released at once, so none is left behind.
+    CUcontext ctx = nullptr;
+    r = driver_.cuDevicePrimaryCtxRetain(&ctx, dev->device);
+    if (r != CUDA_SUCCESS) {
+      return Error(r, absl::StrCat("cuDevicePrimaryCtxRetain(device=", ordinal,
+                                   ") to ask its granularity"));
+    }
+    r = driver_.cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) {
+      r = driver_.cuMemGetAllocationGranularity(
+          &dev->granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    }
+    driver_.cuCtxSetCurrent(nullptr);
+    t_current = ThreadContext{};
+    driver_.cuDevicePrimaryCtxRelease(dev->device);
+  }
+  if (r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuMemGetAllocationGranularity(device=", ordinal, ")"));
+  }
+  if (dev->granularity == 0) {
+    return absl::InternalError(absl::StrCat(
+        "cuMemGetAllocationGranularity(device=", ordinal, ") returned 0"));
   }
   return absl::OkStatus();
 }
@@ -260,9 +317,9 @@ CudaBackend::~CudaBackend() {
       if (MakeCurrent(m.device).ok()) driver_.cuMemUnmap(addr, m.size);
     }
     mappings_.clear();
-    if (MakeCurrent(0).ok()) {
-      for (const auto& [base, size] : ranges_) {
-        driver_.cuMemAddressFree(base, size);
+    for (const auto& [base, range] : ranges_) {
+      if (MakeCurrent(range.device).ok()) {
+        driver_.cuMemAddressFree(base, range.size);
       }
     }
     ranges_.clear();
@@ -277,8 +334,10 @@ CudaBackend::~CudaBackend() {
     }
     events_.clear();
   }
-  for (const Device& dev : devices_) {
-    driver_.cuDevicePrimaryCtxRelease(dev.device);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (contexts_[i].load() != nullptr) {
+      driver_.cuDevicePrimaryCtxRelease(devices_[i].device);
+    }
   }
   t_current = ThreadContext{};
 }
@@ -286,9 +345,9 @@ CudaBackend::~CudaBackend() {
 std::string CudaBackend::Describe() const {
   std::vector<std::string> parts;
   for (const Device& dev : devices_) {
-    parts.push_back(absl::StrFormat("%s, %.1f GiB, granularity %s", dev.name,
-                                    static_cast<double>(dev.total_bytes) / kGiB,
-                                    Bytes(dev.granularity)));
+    parts.push_back(absl::StrFormat(
+        "%s %s, %.1f GiB, granularity %s", dev.name, dev.uuid,
+        static_cast<double>(dev.total_bytes) / kGiB, Bytes(dev.granularity)));
   }
   return absl::StrCat("cuda backend: driver ",
                       CudaVersionString(driver_.version), ", ", devices_.size(),
@@ -316,8 +375,34 @@ absl::Status CudaBackend::CheckSize(int device, size_t size,
   return absl::OkStatus();
 }
 
+absl::StatusOr<CUcontext> CudaBackend::Context(int device) const {
+  CUcontext ctx = contexts_[device].load(std::memory_order_acquire);
+  if (ctx != nullptr) return ctx;
+  // First use of this device: create (retain) its context, once.
+  MutexLock lock(&context_mu_);
+  ctx = contexts_[device].load(std::memory_order_relaxed);
+  if (ctx != nullptr) return ctx;
+  if (CUresult r =
+          driver_.cuDevicePrimaryCtxRetain(&ctx, devices_[device].device);
+      r != CUDA_SUCCESS) {
+    return Error(r,
+                 absl::StrCat("cuDevicePrimaryCtxRetain(device=", device, ")"));
+  }
+  contexts_[device].store(ctx, std::memory_order_release);
+  return ctx;
+}
+
+int CudaBackend::DeviceInUse() const {
+  for (int d = 0; d < device_count(); ++d) {
+    if (contexts_[d].load(std::memory_order_acquire) != nullptr) return d;
+  }
+  return 0;
+}
+
 absl::Status CudaBackend::MakeCurrent(int device) const {
-  const CUcontext ctx = devices_[device].context;
+  absl::StatusOr<CUcontext> context = Context(device);
+  if (!context.ok()) return context.status();
+  const CUcontext ctx = *context;
   if (t_current.context == ctx && t_current.generation == generation_) {
     return absl::OkStatus();
   }
@@ -502,7 +587,8 @@ absl::StatusOr<ChunkHandle> CudaBackend::DoImportChunk(int fd, int device,
 // ------------------------------------------------------
 
 absl::StatusOr<DevicePtr> CudaBackend::DoReserveRange(size_t size,
-                                                      size_t alignment) {
+                                                      size_t alignment,
+                                                      int device) {
   const size_t g = max_granularity_;
   if (size == 0 || size % g != 0) {
     return absl::InvalidArgumentError(
@@ -514,7 +600,13 @@ absl::StatusOr<DevicePtr> CudaBackend::DoReserveRange(size_t size,
     return absl::InvalidArgumentError(absl::StrCat(
         "ReserveRange: alignment ", alignment, " is not a power of two"));
   }
-  if (absl::Status s = MakeCurrent(0); !s.ok()) return s;
+  if (device == kAnyDevice) {
+    device = DeviceInUse();
+  } else if (absl::Status s = CheckDevice(device); !s.ok()) {
+    return s;
+  }
+  // In the context of the device the range is for: no other device gets one.
+  if (absl::Status s = MakeCurrent(device); !s.ok()) return s;
   CUdeviceptr base = 0;
   const size_t align = std::max(alignment, g);
   if (CUresult r = driver_.cuMemAddressReserve(&base, size, align, 0, 0);
@@ -523,11 +615,12 @@ absl::StatusOr<DevicePtr> CudaBackend::DoReserveRange(size_t size,
                                  ", alignment=", align, ")"));
   }
   MutexLock lock(&mu_);
-  ranges_[base] = size;
+  ranges_[base] = RangeInfo{size, device};
   return static_cast<DevicePtr>(base);
 }
 
 absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
+  RangeInfo range;
   {
     MutexLock lock(&mu_);
     auto it = ranges_.find(base);
@@ -537,10 +630,10 @@ absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
           "): no range reserved through this backend starts there (never "
           "reserved, or freed already)"));
     }
-    if (it->second != size) {
+    if (it->second.size != size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "FreeRange(base=", Hex(base), ", size=", size, "): the range has ",
-          it->second, " bytes; free it whole"));
+          it->second.size, " bytes; free it whole"));
     }
     auto m = mappings_.lower_bound(base);
     if (m != mappings_.end() && m->first < base + size) {
@@ -550,12 +643,13 @@ absl::Status CudaBackend::DoFreeRange(DevicePtr base, size_t size) {
                        "mapped at ",
                        Hex(m->first), "; unmap it first"));
     }
+    range = it->second;
     ranges_.erase(it);
   }
-  if (absl::Status s = MakeCurrent(0); !s.ok()) return s;
+  if (absl::Status s = MakeCurrent(range.device); !s.ok()) return s;
   if (CUresult r = driver_.cuMemAddressFree(base, size); r != CUDA_SUCCESS) {
     MutexLock lock(&mu_);
-    ranges_[base] = size;
+    ranges_[base] = range;
     return Error(r, absl::StrCat("cuMemAddressFree(base=", Hex(base),
                                  ", size=", size, ")"));
   }
@@ -591,7 +685,7 @@ absl::Status CudaBackend::DoMap(DevicePtr addr, size_t size,
     bool inside = false;
     if (auto r = ranges_.upper_bound(addr); r != ranges_.begin()) {
       --r;
-      inside = addr + size > addr && addr + size <= r->first + r->second;
+      inside = addr + size > addr && addr + size <= r->first + r->second.size;
     }
     if (!inside) {
       return absl::InvalidArgumentError(

@@ -16,9 +16,12 @@
 //   EventHandle   a CUevent (created with CU_EVENT_DISABLE_TIMING).
 //   StreamHandle  a CUstream of the device's primary context; 0 is the legacy
 //                 default stream.
-// Every device's primary context is retained while the backend lives and made
-// current in each calling thread before the driver is called, so callers need
-// no CUDA set-up of their own.
+// A device's primary context is retained the first time a call needs it (a
+// chunk, event, mapping or range on that device) and held while the backend
+// lives; it is made current in each calling thread before the driver is
+// called, so callers need no CUDA set-up of their own. A process that
+// allocates on one GPU of eight creates a context on that one only (each
+// costs ~0.5 GiB of the GPU's memory); creating the backend creates none.
 //
 // The backend keeps the books of what it made (chunks, ranges, mappings and
 // whether they were given access, events) so a bad call is refused with a
@@ -29,8 +32,8 @@
 // CUDA_ERROR_OUT_OF_MEMORY is ResourceExhausted.
 //
 // Destroying the backend unmaps, frees, releases and destroys whatever is
-// still held through it, then releases the primary contexts. All methods are
-// thread-safe.
+// still held through it, then releases the primary contexts it retained. All
+// methods are thread-safe.
 
 #ifndef GMLAKE_COMMON_CUDA_BACKEND_H_
 #define GMLAKE_COMMON_CUDA_BACKEND_H_

@@ -125,6 +125,72 @@ TEST(CudaVersionStringTest, MajorDotMinor) {
 
 // --- Only where a driver is installed (the GPU machine) ----------------------
 
+// Whether `ordinal`'s primary context exists in this process (retained by
+// anyone), as the driver says.
+bool PrimaryContextActive(const CudaDriver& d, int ordinal) {
+  CUdevice dev = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  if (d.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS) return false;
+  if (d.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS) {
+    return false;
+  }
+  return active != 0;
+}
+
+// A process creates a context only on a device it uses (issue 11: with a
+// context on every visible GPU, each DDP rank took ~0.5 GiB of every other
+// rank's GPU). Uses the last device, so that on a machine of several the
+// others must stay untouched.
+TEST(CudaBackendContextsTest, CreatedOnlyOnTheDevicesUsed) {
+  if (!DriverPresent()) GTEST_SKIP() << "no CUDA driver on this machine";
+  absl::StatusOr<std::unique_ptr<VmmBackend>> made = CreateCudaBackend();
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<VmmBackend> b = *std::move(made);
+  const CudaDriver& d = **LoadCudaDriver();
+  const int n = b->device_count();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_FALSE(PrimaryContextActive(d, i))
+        << "device " << i << " got a context when the backend was created";
+    EXPECT_TRUE(absl::StartsWith(b->device_uuid(i), "GPU-"))
+        << b->device_uuid(i);
+    EXPECT_EQ(b->device_uuid(i).size(), 40u) << b->device_uuid(i);
+    for (int j = 0; j < i; ++j) EXPECT_NE(b->device_uuid(i), b->device_uuid(j));
+  }
+  const int used = n - 1;
+  const size_t g = b->granularity(used);
+  {
+    absl::StatusOr<Chunk> chunk = Chunk::Create(b.get(), used, g);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    absl::StatusOr<VirtualRange> range =
+        VirtualRange::Reserve(b.get(), g, 0, used);
+    ASSERT_TRUE(range.ok()) << range.status();
+    const int devs[] = {used};
+    absl::StatusOr<Mapping> m =
+        Mapping::Map(b.get(), range->base(), g, chunk->handle(), devs);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(b->Fill(range->base(), 1, g).ok());
+    absl::StatusOr<EventHandle> e = b->CreateEvent(used);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_TRUE(b->RecordEvent(*e, 0).ok());
+    ASSERT_TRUE(b->SyncEvent(*e).ok());
+    ASSERT_TRUE(b->DestroyEvent(*e).ok());
+    // A range for no device in particular goes to one already in use.
+    absl::StatusOr<VirtualRange> any = VirtualRange::Reserve(b.get(), g);
+    ASSERT_TRUE(any.ok()) << any.status();
+    EXPECT_TRUE(PrimaryContextActive(d, used));
+    for (int i = 0; i < n; ++i) {
+      if (i != used) {
+        EXPECT_FALSE(PrimaryContextActive(d, i))
+            << "device " << i << " got a context; only " << used << " is used";
+      }
+    }
+  }
+  b.reset();
+  EXPECT_FALSE(PrimaryContextActive(d, used))
+      << "the backend's context outlived it";
+}
+
 class CudaBackendOnGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -44,10 +44,12 @@ namespace gmlake {
   X(cuDeviceGetCount, 2000)                \
   X(cuDeviceGet, 2000)                     \
   X(cuDeviceGetName, 2000)                 \
+  X(cuDeviceGetUuid, 11040)                \
   X(cuDeviceTotalMem, 3020)                \
   X(cuDeviceGetAttribute, 2000)            \
   X(cuDevicePrimaryCtxRetain, 7000)        \
   X(cuDevicePrimaryCtxRelease, 11000)      \
+  X(cuDevicePrimaryCtxGetState, 7000)      \
   X(cuCtxSetCurrent, 4000)                 \
   X(cuMemCreate, 10020)                    \
   X(cuMemRelease, 10020)                   \

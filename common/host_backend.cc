@@ -127,8 +127,10 @@ absl::StatusOr<ChunkHandle> HostBackend::DoImportChunk(int fd, int device,
 // --- Ranges and mappings
 // --------------------------------------------------------
 
+// One address space serves every emulated device: `device` changes nothing.
 absl::StatusOr<DevicePtr> HostBackend::DoReserveRange(size_t size,
-                                                      size_t alignment) {
+                                                      size_t alignment,
+                                                      int /*device*/) {
   return books_.ReserveRange(
       size, alignment,
       [](size_t size, size_t alignment) -> absl::StatusOr<DevicePtr> {

@@ -60,6 +60,9 @@ class HostBackend : public VmmBackend {
   // fd limit 20000", then "; <note>" when the options carry one.
   std::string Describe() const override;
   int device_count() const override { return books_.devices(); }
+  std::string device_uuid(int device) const override {
+    return books_.device_uuid(device);
+  }
   size_t granularity(int /*device*/) const override {
     return books_.granularity();
   }
@@ -86,8 +89,8 @@ class HostBackend : public VmmBackend {
   absl::StatusOr<UniqueFd> DoExportChunk(ChunkHandle chunk) override;
   absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
                                             size_t size) override;
-  absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
-                                           size_t alignment) override;
+  absl::StatusOr<DevicePtr> DoReserveRange(size_t size, size_t alignment,
+                                           int device) override;
   absl::Status DoFreeRange(DevicePtr base, size_t size) override;
   absl::Status DoMap(DevicePtr addr, size_t size, ChunkHandle chunk) override;
   absl::Status DoUnmap(DevicePtr addr, size_t size) override;

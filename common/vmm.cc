@@ -107,9 +107,10 @@ absl::StatusOr<ChunkHandle> VmmBackend::ImportChunk(int fd, int device,
 }
 
 absl::StatusOr<DevicePtr> VmmBackend::ReserveRange(size_t size,
-                                                   size_t alignment) {
+                                                   size_t alignment,
+                                                   int device) {
   CallTimer t(&stats_, VmmCall::kReserve);
-  return DoReserveRange(size, alignment);
+  return DoReserveRange(size, alignment, device);
 }
 
 absl::Status VmmBackend::FreeRange(DevicePtr base, size_t size) {
@@ -202,8 +203,10 @@ VirtualRange& VirtualRange::operator=(VirtualRange&& o) noexcept {
 
 absl::StatusOr<VirtualRange> VirtualRange::Reserve(VmmBackend* backend,
                                                    size_t size,
-                                                   size_t alignment) {
-  absl::StatusOr<DevicePtr> base = backend->ReserveRange(size, alignment);
+                                                   size_t alignment,
+                                                   int device) {
+  absl::StatusOr<DevicePtr> base =
+      backend->ReserveRange(size, alignment, device);
   if (!base.ok()) return base.status();
   return VirtualRange(backend, *base, size);
 }

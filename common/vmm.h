@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +54,9 @@ using ChunkHandle = uint64_t;
 using EventHandle = uint64_t;
 // A stream; 0 is the device's default (null) stream.
 using StreamHandle = uint64_t;
+
+// For ReserveRange: no device in particular.
+inline constexpr int kAnyDevice = -1;
 
 // Every kind of call the layer makes, for the counters.
 enum class VmmCall : int {
@@ -120,6 +124,12 @@ class VmmBackend {
   virtual std::string Describe() const = 0;
   // Number of devices this backend serves (>= 1 once created).
   virtual int device_count() const = 0;
+  // The device's UUID as nvidia-smi writes it ("GPU-8e6a2c1f-..."), the
+  // same in every process whatever its device numbering (which
+  // CUDA_VISIBLE_DEVICES changes): how a client and gmlaked agree on a
+  // device. The emulated backends make stable ones ("GPU-686f7374-...").
+  // Empty for a device that does not exist.
+  virtual std::string device_uuid(int device) const = 0;
   // Size every chunk must be a multiple of, on `device`.
   virtual size_t granularity(int device) const = 0;
   // Whether mapped memory is readable through Fill/CopyToHost/CopyFromHost
@@ -151,8 +161,12 @@ class VmmBackend {
 
   // Reserves `size` bytes of virtual address space (a multiple of the
   // granularity), aligned to `alignment` (0: granularity). Nothing is
-  // accessible until mapped and given access.
-  absl::StatusOr<DevicePtr> ReserveRange(size_t size, size_t alignment = 0);
+  // accessible until mapped and given access. `device` is the device the
+  // range is for: the cuda backend reserves (and frees) it in that device's
+  // context, so a process touches no other device; kAnyDevice: a device
+  // this backend already uses (device 0 if none).
+  absl::StatusOr<DevicePtr> ReserveRange(size_t size, size_t alignment = 0,
+                                         int device = kAnyDevice);
   // Frees a range from ReserveRange. All of it must be unmapped.
   absl::Status FreeRange(DevicePtr base, size_t size);
   // Maps all of `chunk` at `addr` (granularity-aligned, inside a reserved
@@ -202,7 +216,8 @@ class VmmBackend {
   virtual absl::StatusOr<ChunkHandle> DoImportChunk(int fd, int device,
                                                     size_t size) = 0;
   virtual absl::StatusOr<DevicePtr> DoReserveRange(size_t size,
-                                                   size_t alignment) = 0;
+                                                   size_t alignment,
+                                                   int device) = 0;
   virtual absl::Status DoFreeRange(DevicePtr base, size_t size) = 0;
   virtual absl::Status DoMap(DevicePtr addr, size_t size,
                              ChunkHandle chunk) = 0;
@@ -269,7 +284,8 @@ class VirtualRange {
   VirtualRange& operator=(const VirtualRange&) = delete;
 
   static absl::StatusOr<VirtualRange> Reserve(VmmBackend* backend, size_t size,
-                                              size_t alignment = 0);
+                                              size_t alignment = 0,
+                                              int device = kAnyDevice);
 
   DevicePtr base() const { return base_; }
   size_t size() const { return size_; }
@@ -319,6 +335,13 @@ struct BackendOptions {
   std::string kind = "auto";
   // Host and accounting backends: devices to emulate.
   int host_devices = 1;
+  // Host and accounting backends: the UUID of each emulated device (empty:
+  // those of the node's emulated devices 0..host_devices-1, see
+  // EmulatedDeviceUuid); when given, there are as many devices. The
+  // environment variable GMLAKE_HOST_VISIBLE_DEVICES ("2,0": the node's
+  // emulated devices 2 and 0, in that order), as CUDA_VISIBLE_DEVICES does
+  // for GPUs, decides over both.
+  std::vector<std::string> host_uuids;
   // Host and accounting backends: bytes of physical memory per device
   // (CreateChunk fails with ResourceExhausted beyond it). 0: 64 GiB.
   size_t host_capacity_bytes = 0;

@@ -14,6 +14,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
 
@@ -36,6 +38,26 @@ absl::Status ValidateEmulatedOptions(const EmulatedBackendOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "emulated backend: devices must be 1..64, got ", options.devices));
   }
+  if (!options.uuids.empty()) {
+    if (options.uuids.size() != static_cast<size_t>(options.devices)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "emulated backend: ", options.uuids.size(), " UUIDs for ",
+          options.devices, " devices; give one per device"));
+    }
+    for (size_t i = 0; i < options.uuids.size(); ++i) {
+      if (options.uuids[i].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("emulated backend: device ", i, "'s UUID is empty"));
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (options.uuids[i] == options.uuids[j]) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("emulated backend: devices ", j, " and ", i,
+                           " have the same UUID ", options.uuids[i]));
+        }
+      }
+    }
+  }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (!IsPowerOfTwo(options.granularity) || options.granularity < page) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -46,10 +68,28 @@ absl::Status ValidateEmulatedOptions(const EmulatedBackendOptions& options) {
   return absl::OkStatus();
 }
 
+std::string EmulatedDeviceUuid(int node_device) {
+  return absl::StrFormat("GPU-686f7374-0000-0000-0000-%012x", node_device);
+}
+
+namespace {
+
+std::vector<std::string> UuidsOf(const EmulatedBackendOptions& options) {
+  if (!options.uuids.empty()) return options.uuids;
+  std::vector<std::string> uuids;
+  for (int i = 0; i < options.devices; ++i) {
+    uuids.push_back(EmulatedDeviceUuid(i));
+  }
+  return uuids;
+}
+
+}  // namespace
+
 VmmBooks::VmmBooks(std::string backend_name,
                    const EmulatedBackendOptions& options)
     : name_(std::move(backend_name)),
       devices_(options.devices),
+      uuids_(UuidsOf(options)),
       capacity_(options.capacity_bytes),
       granularity_(options.granularity),
       used_(static_cast<size_t>(options.devices), 0) {}
@@ -444,10 +484,17 @@ size_t VmmBooks::live_ranges() const {
 }
 
 std::string VmmBooks::DescribeDevices() const {
-  return absl::StrCat(devices_, devices_ == 1 ? " device, " : " devices, ",
-                      FormatBytes(capacity_),
-                      devices_ == 1 ? " capacity, " : " capacity each, ",
-                      FormatBytes(granularity_), " chunks");
+  // The UUIDs only when they are not the node's first devices in order.
+  bool plain = true;
+  for (int i = 0; i < devices_; ++i) {
+    plain = plain && uuids_[i] == EmulatedDeviceUuid(i);
+  }
+  return absl::StrCat(
+      devices_, devices_ == 1 ? " device" : " devices",
+      plain ? "" : absl::StrCat(" (", absl::StrJoin(uuids_, ", "), ")"), ", ",
+      FormatBytes(capacity_),
+      devices_ == 1 ? " capacity, " : " capacity each, ",
+      FormatBytes(granularity_), " chunks");
 }
 
 std::vector<std::pair<DevicePtr, size_t>> VmmBooks::TakeAllRanges() {

@@ -59,10 +59,19 @@ struct EmulatedBackendOptions {
   size_t granularity = size_t{2} << 20;  // 2 MiB, as on an H200
   // Appended to Describe(), e.g. why the factory chose this backend.
   std::string note;
+  // Each device's UUID (empty: EmulatedDeviceUuid(0..devices-1)); as many
+  // as devices, distinct, none empty. Two processes that give a device the
+  // same UUID mean the same device, whatever number each gives it.
+  std::vector<std::string> uuids;
 };
 
 // Checks `options` (InvalidArgument naming the bad field).
 absl::Status ValidateEmulatedOptions(const EmulatedBackendOptions& options);
+
+// The UUID of the node's emulated device `node_device`, stable across
+// processes and runs: "GPU-686f7374-0000-0000-0000-000000000002" for 2
+// ("host" in hex, then the number).
+std::string EmulatedDeviceUuid(int node_device);
 
 // What the books remember about a live chunk.
 struct ChunkRecord {
@@ -83,6 +92,10 @@ class VmmBooks {
   VmmBooks& operator=(const VmmBooks&) = delete;
 
   int devices() const { return devices_; }
+  // Empty for a device that does not exist.
+  std::string device_uuid(int device) const {
+    return device >= 0 && device < devices_ ? uuids_[device] : std::string();
+  }
   size_t capacity_bytes() const { return capacity_; }
   size_t granularity() const { return granularity_; }
 
@@ -190,6 +203,7 @@ class VmmBooks {
 
   const std::string name_;
   const int devices_;
+  const std::vector<std::string> uuids_;
   const size_t capacity_;
   const size_t granularity_;
 

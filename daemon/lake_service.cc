@@ -190,6 +190,7 @@ grpc::Status LakeService::OpenSession(grpc::ServerContext* /*context*/,
     d->set_capacity_bytes(o.devices[i].capacity_bytes /
                           o.devices[i].chunk_size * o.devices[i].chunk_size);
     d->set_granularity(lake_->backend()->granularity(static_cast<int>(i)));
+    d->set_uuid(lake_->backend()->device_uuid(static_cast<int>(i)));
   }
   response->set_fd_socket(o.fd_socket_path);
   response->set_backend(std::string(lake_->backend()->name()));

@@ -46,9 +46,14 @@ def _load():
     return _lib
 
 
+def _error():
+    message = _load().gmlake_last_error().decode()
+    return RuntimeError(message if message.startswith("gmlake") else "gmlake: " + message)
+
+
 def _check(rc):
     if rc != 0:
-        raise RuntimeError("gmlake: " + _load().gmlake_last_error().decode())
+        raise _error()
 
 
 def enable():
@@ -56,7 +61,11 @@ def enable():
     import torch
     lib = _load()
     _check(lib.gmlake_init(None))
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(_path, "gmlake_torch_malloc", "gmlake_torch_free")
+    # Out of memory raises torch.OutOfMemoryError where the shim can be
+    # built, else a RuntimeError with PyTorch's wording (gmlake/_oom.py).
+    from gmlake import _oom
+    path, malloc_name, free_name = _oom.entry_points(lib, _path, torch)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, free_name)
     torch.cuda.memory.change_current_allocator(alloc)
 
 
@@ -66,6 +75,8 @@ def describe():
 
 
 def _json(ptr):
+    if not ptr:  # never string_at(NULL): that is a segfault
+        raise _error()
     try:
         return json.loads(ctypes.string_at(ptr).decode())
     finally:
