@@ -197,9 +197,11 @@ absl::Status Lake::Precreate() {
     absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
     MutexLock lock(&mu_);
     Device& d = devices_[i];
+    const absl::Time now = absl::Now();
     for (auto& c : made) {
       c->id = next_chunk_++;
       c->state = ChunkState::kFree;
+      c->free_since = now;
       d.free_by_uid[kNoUid].push_back(c->id);
       ++d.free;
       ++d.created;
@@ -478,8 +480,10 @@ uint64_t Lake::ReleaseSessionChunksLocked(Session* s) {
     d.free_by_uid[c->last_uid].push_back(id);
     c->state = ChunkState::kFree;
     c->session = 0;
+    c->free_since = absl::Now();
     returned += d.config.chunk_size;
   }
+  reclaimed_bytes_ += returned;
   s->chunks.clear();
   s->leased_chunks_by_device.clear();
   // The whole session's bytes (chunks, and any still being created or
@@ -626,6 +630,7 @@ void Lake::FreeChunkLocked(ChunkRec* c, int64_t last_uid) {
   c->state = ChunkState::kFree;
   c->session = 0;
   c->last_uid = last_uid;
+  c->free_since = absl::Now();
   ++d.free;
   d.free_by_uid[last_uid].push_back(c->id);
   freed_.SignalAll();
@@ -802,10 +807,13 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
                                        uint64_t count) {
   Aftermath after;
+  // Since when this lease asked others for memory (never: InfiniteFuture).
+  absl::Time pressure_since = absl::InfiniteFuture();
   mu_.Lock();
   // Every exit unlocks, then runs what must run without the lock.
   auto fail = [&](absl::Status status) -> absl::StatusOr<LeaseGrant> {
     ++leases_failed_;
+    NotePressureWaitLocked(pressure_since);
     mu_.Unlock();
     after.Run(backend_);
     return status;
@@ -919,6 +927,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
         asked.push_back(id);
         asked_reports.push_back(sessions_[id]->reports);
       }
+      ++pressure_rounds_;
+      if (pressure_since == absl::InfiniteFuture()) {
+        pressure_since = absl::Now();
+      }
       // Send without the lock, then look again.
       mu_.Unlock();
       after.Run(backend_);
@@ -1028,6 +1040,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       ++d.free;
       d.free_by_uid[kNoUid].push_back(id);
       c->state = ChunkState::kFree;
+      c->free_since = absl::Now();
     }
     freed_.SignalAll();
     Logf("lease failed: %s", failure.message());
@@ -1040,6 +1053,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     ++d.leased;
   }
   chunks_scrubbed_ += dirty.size();
+  zeroed_bytes_ += dirty.size() * size;
   for (uint64_t id : made_ids) {
     ChunkRec* c = chunks_.at(id).get();
     c->state = ChunkState::kLeased;
@@ -1060,6 +1074,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   s->unclaimed[grant.lease_id] = {grant.chunk_ids, absl::Now()};
   lease_owner_[grant.lease_id] = session;
   ++leases_served_;
+  NotePressureWaitLocked(pressure_since);
   VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
         grant.lease_id, count, FormatBytes(bytes), device, label, dirty.size(),
         made_ids.size());
@@ -1202,29 +1217,117 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
       }
     }
     if (!gone.empty()) freed_.SignalAll();  // capacity to create anew
+    trimmed_bytes_ += released;
   }
-  // Chunks that held a session's data are zeroed before they go back to
-  // the driver: the daemon may get the same memory again from a later
-  // create, which it treats as fresh (clean).
+  const uint64_t chunks = gone.size();
+  ReleaseToDriver(std::move(gone));
+  if (chunks > 0) {
+    Noticef("trim: released %d chunks (%s) to the driver", chunks,
+            FormatBytes(released));
+  }
+  return {released, chunks};
+}
+
+void Lake::ReleaseToDriver(std::vector<std::unique_ptr<ChunkRec>> gone) {
   if (options_.scrub != ScrubPolicy::kNever) {
     std::map<int, std::vector<ChunkHandle>> dirty;
     for (const auto& c : gone) {
       if (c->last_uid != kNoUid) dirty[c->device].push_back(c->handle);
     }
+    uint64_t zeroed = 0;
     for (const auto& [device, handles] : dirty) {
       absl::Status s = Scrub(device, handles);
-      if (!s.ok()) Logf("trim: zeroing before release: %s", s.ToString());
+      if (!s.ok()) {
+        Warnf("zeroing %d chunks on device %d before release: %s",
+              handles.size(), device, s.ToString());
+      } else {
+        zeroed += handles.size() * options_.devices[device].chunk_size;
+      }
+    }
+    if (zeroed > 0) {
+      MutexLock lock(&mu_);
+      zeroed_bytes_ += zeroed;
     }
   }
   for (auto& c : gone) {
     absl::Status s = backend_->ReleaseChunk(c->handle);
-    if (!s.ok()) Logf("trim: releasing chunk %d: %s", c->id, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk %d: %s", c->id, s.ToString());
   }
-  if (!gone.empty()) {
-    Logf("trim: released %d chunks (%s) to the driver", gone.size(),
-         FormatBytes(released));
+}
+
+DeviceHoldings Lake::HoldingsLocked(int device) const {
+  const Device& d = devices_[device];
+  DeviceHoldings h;
+  h.created_chunks = d.created;
+  h.floor_chunks = d.config.precreate_bytes / d.config.chunk_size;
+  h.free.reserve(d.free);
+  for (const auto& [uid, list] : d.free_by_uid) {
+    for (uint64_t id : list) h.free.push_back({id, chunks_.at(id)->free_since});
   }
-  return {released, gone.size()};
+  return h;
+}
+
+std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
+  if (!options_.release.enabled()) return {0, 0};
+  std::vector<std::unique_ptr<ChunkRec>> gone;
+  uint64_t released = 0;
+  std::vector<std::string> lines;
+  {
+    MutexLock lock(&mu_);
+    if (shutting_down_) return {0, 0};
+    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
+      Device& d = devices_[i];
+      // Most rounds: nothing free above the floor, nothing to look at.
+      if (d.free == 0 ||
+          d.created * d.config.chunk_size <= d.config.precreate_bytes) {
+        continue;
+      }
+      const ReleasePlan plan =
+          PlanRelease(options_.release, HoldingsLocked(i), now);
+      if (plan.release.empty()) continue;
+      absl::flat_hash_set<uint64_t> going(plan.release.begin(),
+                                          plan.release.end());
+      for (auto it = d.free_by_uid.begin(); it != d.free_by_uid.end();) {
+        std::vector<uint64_t>& list = it->second;
+        list.erase(
+            std::remove_if(list.begin(), list.end(),
+                           [&](uint64_t id) { return going.contains(id); }),
+            list.end());
+        if (list.empty()) {
+          d.free_by_uid.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+      for (uint64_t id : plan.release) {
+        auto c = chunks_.find(id);
+        gone.push_back(std::move(c->second));
+        chunks_.erase(c);
+      }
+      const uint64_t bytes = plan.release.size() * d.config.chunk_size;
+      d.free -= plan.release.size();
+      d.created -= plan.release.size();
+      released += bytes;
+      lines.push_back(absl::StrFormat(
+          "device %d: released %d chunks (%s) free for %s or more to the "
+          "driver (--release_idle); %s still created",
+          i, plan.release.size(), FormatBytes(bytes),
+          absl::FormatDuration(options_.release.idle_after),
+          FormatBytes(d.created * d.config.chunk_size)));
+    }
+    if (gone.empty()) return {0, 0};
+    released_idle_bytes_ += released;
+    freed_.SignalAll();  // capacity to create anew
+  }
+  const uint64_t chunks = gone.size();
+  ReleaseToDriver(std::move(gone));
+  for (const std::string& line : lines) Noticef("%s", line);
+  return {released, chunks};
+}
+
+void Lake::NotePressureWaitLocked(absl::Time since) {
+  if (since == absl::InfiniteFuture()) return;
+  pressure_wait_.Observe(absl::ToDoubleSeconds(absl::Now() - since));
 }
 
 void Lake::FillStatus(v1::StatusResponse* out) const {
@@ -1241,6 +1344,20 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_scrub_policy(std::string(ScrubPolicyName(options_.scrub)));
   out->set_uid_quota_bytes(options_.uid_quota_bytes);
   out->set_session_quota_bytes(options_.session_quota_bytes);
+  out->set_release_idle_seconds(
+      absl::ToDoubleSeconds(options_.release.idle_after));
+  out->set_released_idle_bytes(released_idle_bytes_);
+  out->set_trimmed_bytes(trimmed_bytes_);
+  out->set_zeroed_bytes(zeroed_bytes_);
+  out->set_reclaimed_bytes(reclaimed_bytes_);
+  out->set_pressure_rounds(pressure_rounds_);
+  v1::Histogram* wait = out->mutable_pressure_wait_seconds();
+  for (double b : pressure_wait_.upper_bounds()) wait->add_upper_bounds(b);
+  for (uint64_t c : pressure_wait_.CumulativeCounts()) {
+    wait->add_cumulative_counts(c);
+  }
+  wait->set_sum(pressure_wait_.sum());
+  wait->set_count(pressure_wait_.count());
   for (size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = devices_[i];
     const uint64_t size = d.config.chunk_size;
@@ -1257,6 +1374,25 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     ds->set_leased_chunks(d.leased);
     ds->set_free_chunks(d.free);
     ds->set_scrubbing_chunks(d.scrubbing);
+    // Why the free chunks are still held: the floor, or not idle long
+    // enough yet.
+    ds->set_floor_bytes(d.config.precreate_bytes);
+    const ReleasePlan plan =
+        PlanRelease(options_.release, HoldingsLocked(i), now);
+    ds->set_floor_kept_bytes(plan.floor_kept_chunks * size);
+    ds->set_idle_bytes((plan.release.size() + plan.later_chunks) * size);
+    ds->set_next_release_seconds(
+        !plan.release.empty() ? 0
+        : plan.next_due == absl::InfiniteFuture()
+            ? -1
+            : absl::ToDoubleSeconds(plan.next_due - now));
+  }
+  for (const auto& [id, s] : orphans_) {
+    for (const auto& [dev, n] : s->leased_chunks_by_device) {
+      v1::DeviceStatus* ds = out->mutable_devices(dev);
+      ds->set_ending_bytes(ds->ending_bytes() +
+                           n * devices_[dev].config.chunk_size);
+    }
   }
   std::vector<const Session*> list;
   for (const auto& [id, s] : sessions_) list.push_back(s.get());

@@ -49,6 +49,8 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
+#include "daemon/histogram.h"
+#include "daemon/release_policy.h"
 #include "proto/gmlake.pb.h"
 
 namespace gmlake {
@@ -106,6 +108,9 @@ struct LakeOptions {
   bool check_claimed_pid = true;
   // Reported to clients in OpenSession.
   std::string fd_socket_path;
+  // Which free chunks go back to the driver on their own (ReleaseIdle);
+  // each device's floor is its precreate_bytes.
+  ReleasePolicy release;
 };
 
 // The real identity of a client, from SO_PEERCRED.
@@ -243,6 +248,10 @@ class Lake {
   // Releases free chunks to the driver: up to `bytes` (0: all) on `device`
   // (-1: all devices). Returns {bytes, chunks} released.
   std::pair<uint64_t, uint64_t> Trim(int device, uint64_t bytes);
+  // Releases the free chunks that options().release picks at `now` (idle
+  // long enough, above each device's floor). Called periodically by the
+  // daemon. Returns {bytes, chunks} released.
+  std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now);
   // Fills the books, the sessions and the counters into `out`.
   void FillStatus(v1::StatusResponse* out) const;
 
@@ -264,6 +273,7 @@ class Lake {
     ChunkState state = ChunkState::kFree;
     uint64_t session = 0;       // when leased or scrubbing
     int64_t last_uid = kNoUid;  // uid of the last holder
+    absl::Time free_since;      // when free: since when (ReleaseIdle)
   };
 
   struct Session {
@@ -367,6 +377,17 @@ class Lake {
   // Creates and exports `n` chunks on `device` (no lock held).
   absl::Status CreateChunks(int device, uint64_t n,
                             std::vector<std::unique_ptr<ChunkRec>>* out);
+  // What the release policy needs to know of `device`.
+  DeviceHoldings HoldingsLocked(int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives chunks already out of the books back to the driver (no lock
+  // held), zeroing first those that held a session's data (unless
+  // --scrub=never): the daemon may get the same memory again from a later
+  // create, which it treats as fresh.
+  void ReleaseToDriver(std::vector<std::unique_ptr<ChunkRec>> gone);
+  // A lease that asked others for memory since `since` is done.
+  void NotePressureWaitLocked(absl::Time since)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   VmmBackend* const backend_;
   const LakeOptions options_;
@@ -399,6 +420,12 @@ class Lake {
   uint64_t pressure_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t chunks_scrubbed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sessions_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t released_idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t trimmed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  Histogram pressure_wait_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
 };
 
 }  // namespace gmlake
