@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
+#include "daemon/fd_usage.h"
 #include "daemon/log.h"
 
 namespace gmlake {
@@ -195,6 +196,10 @@ absl::Status Lake::Precreate() {
     if (n == 0) continue;
     std::vector<std::unique_ptr<ChunkRec>> made;
     absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
+    if (!s.ok() && OutOfDescriptors(CurrentFdUsage())) {
+      s = absl::ResourceExhaustedError(absl::StrCat(
+          DescribeOutOfDescriptors(CurrentFdUsage()), " (", s.message(), ")"));
+    }
     MutexLock lock(&mu_);
     Device& d = devices_[i];
     const absl::Time now = absl::Now();
@@ -985,6 +990,9 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   std::vector<std::unique_ptr<ChunkRec>> made;
   absl::Status created = absl::OkStatus();
   if (scrubbed.ok()) created = CreateChunks(device, to_create, &made);
+  // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
+  // when the daemon is out of descriptors, that is the cause to name.
+  const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();
 
   mu_.Lock();
   d.creating -= to_create;
@@ -1001,6 +1009,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     failure = absl::InternalError(
         absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
                         dirty.size(), device, label, scrubbed.message()));
+  } else if (!created.ok() && OutOfDescriptors(fds)) {
+    failure = absl::ResourceExhaustedError(absl::StrFormat(
+        "creating %d chunks on device %d for %s failed: %s (%s)", to_create,
+        device, label, DescribeOutOfDescriptors(fds), created.message()));
   } else if (!created.ok()) {
     failure = absl::Status(
         created.code(),
