@@ -126,7 +126,7 @@ void Lake::Aftermath::Run(VmmBackend* backend) {
   hooks.clear();
   for (ChunkHandle h : releases) {
     absl::Status s = backend->ReleaseChunk(h);
-    if (!s.ok()) Logf("releasing chunk handle %d failed: %s", h, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk handle %d failed: %s", h, s.ToString());
   }
   releases.clear();
 }
@@ -234,7 +234,7 @@ Lake::~Lake() {
     // Chunks still leased live on in their clients' imports: releasing our
     // handle only drops the daemon's reference, as with the driver.
     absl::Status s = backend_->ReleaseChunk(c->handle);
-    if (!s.ok()) Logf("releasing chunk %d failed: %s", c->id, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk %d failed: %s", c->id, s.ToString());
   }
 }
 
@@ -457,7 +457,7 @@ uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
     // another session would share its memory. They wait for its exit.
     s->ended = true;
     s->end_reason = std::string(reason);
-    Logf(
+    Noticef(
         "%s ended: %s; its %d chunks stay leased until process %d exits "
         "(it may still use them)",
         label, reason, delivered, s->peer.pid);
@@ -599,9 +599,9 @@ int Lake::CheckLiveness() {
         }
         s->unclaimed.erase(lease);
         lease_owner_.erase(lease);
-        Logf("%s: lease %d was not claimed within %s; %s back in the lake",
-             SessionLabel(id, s->name, s->peer.pid), lease,
-             absl::FormatDuration(options_.claim_timeout), FormatBytes(bytes));
+        Warnf("%s: lease %d was not claimed within %s; %s back in the lake",
+              SessionLabel(id, s->name, s->peer.pid), lease,
+              absl::FormatDuration(options_.claim_timeout), FormatBytes(bytes));
       }
     }
   }
@@ -1055,7 +1055,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       c->free_since = absl::Now();
     }
     freed_.SignalAll();
-    Logf("lease failed: %s", failure.message());
+    Warnf("lease failed: %s", failure.message());
     return fail(failure);
   }
   s = it->second.get();
