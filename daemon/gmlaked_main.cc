@@ -102,13 +102,19 @@ ABSL_FLAG(std::string, metrics_address, "",
           "(127.0.0.1:9478, [::1]:9478, :9478 for every address; empty: "
           "off). No authentication: bind it to loopback or a monitoring "
           "network.");
+ABSL_FLAG(bool, export_on_demand, true,
+          "Export a chunk's descriptor each time it is sent (~26 us on an "
+          "H200) instead of keeping one open per chunk, so that the "
+          "daemon's descriptors do not grow with the lake.");
 ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
 
 namespace gmlake {
 namespace {
 
-// Raises RLIMIT_NOFILE's soft limit to the hard limit: the daemon keeps one
-// exported descriptor per chunk (70 000 chunks of 2 MiB fill an H200).
+// Raises RLIMIT_NOFILE's soft limit to the hard limit: each client holds a
+// connection, each claim a batch of exports in flight, and without
+// --export_on_demand (or on the host backend, whose chunks are memfds) each
+// chunk a descriptor (70 000 chunks of 2 MiB fill an H200).
 uint64_t RaiseFdLimit() {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
@@ -322,6 +328,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
   lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
   lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
   lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
+  lo.export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
   if (lo.release.idle_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--release_idle must be 0 (never) or a positive duration");
@@ -363,8 +370,9 @@ absl::Status Run(const ServiceNotifier& notifier) {
                            : "ever (never: --release_idle=0)");
   if (fd_limit < 4096) {
     Warnf(
-        "warning: only %d open files allowed; each chunk holds one (raise "
-        "LimitNOFILE= / ulimit -n)",
+        "warning: only %d open files allowed; each client needs one, and "
+        "each chunk one on the host backend or without --export_on_demand "
+        "(raise LimitNOFILE= / ulimit -n)",
         fd_limit);
   }
 

@@ -719,7 +719,9 @@ absl::Status Lake::CreateChunks(int device, uint64_t n,
     auto c = std::make_unique<ChunkRec>();
     c->device = device;
     c->handle = *h;
-    c->fd = *std::move(fd);
+    // With export on demand this first export (the costly one on a GPU)
+    // only proves the chunk can be shared, and is closed here.
+    if (!options_.export_on_demand) c->fd = *std::move(fd);
     out->push_back(std::move(c));
   }
   return absl::OkStatus();
@@ -1125,11 +1127,8 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
   return ids;
 }
 
-absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
-    uint64_t session, absl::Span<const uint64_t> chunk_ids) {
-  MutexLock lock(&mu_);
-  std::vector<UniqueFd> fds;
-  fds.reserve(chunk_ids.size());
+absl::Status Lake::CheckLeasedToLocked(
+    uint64_t session, absl::Span<const uint64_t> chunk_ids) const {
   for (uint64_t id : chunk_ids) {
     auto it = chunks_.find(id);
     if (it == chunks_.end() || it->second->session != session ||
@@ -1139,14 +1138,67 @@ absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
           "lease was claimed?)",
           id, session));
     }
-    const int fd = ::fcntl(it->second->fd.get(), F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("duplicating a chunk descriptor: ", std::strerror(errno),
-                       " (raise gmlaked's LimitNOFILE)"));
-    }
-    fds.emplace_back(fd);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
+    uint64_t session, absl::Span<const uint64_t> chunk_ids) {
+  std::vector<UniqueFd> fds;
+  fds.reserve(chunk_ids.size());
+  if (!options_.export_on_demand) {
+    MutexLock lock(&mu_);
+    absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+    if (!leased.ok()) return leased;
+    for (uint64_t id : chunk_ids) {
+      const int fd = ::fcntl(chunks_.at(id)->fd.get(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "duplicating a chunk descriptor: ", std::strerror(errno),
+            " (raise gmlaked's LimitNOFILE)"));
+      }
+      fds.emplace_back(fd);
+    }
+    return fds;
+  }
+  // Pinned (exporting > 0) so that a Return and a Trim meanwhile cannot
+  // release the handle under the export; exported without the lock.
+  std::vector<ChunkHandle> handles;
+  {
+    MutexLock lock(&mu_);
+    absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+    if (!leased.ok()) return leased;
+    for (uint64_t id : chunk_ids) {
+      ChunkRec* c = chunks_.at(id).get();
+      ++c->exporting;
+      handles.push_back(c->handle);
+    }
+  }
+  absl::Status exported = absl::OkStatus();
+  for (ChunkHandle h : handles) {
+    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
+    if (!fd.ok()) {
+      exported = fd.status();
+      break;
+    }
+    fds.push_back(*std::move(fd));
+  }
+  const FdUsage usage = exported.ok() ? FdUsage{} : CurrentFdUsage();
+  MutexLock lock(&mu_);
+  for (uint64_t id : chunk_ids) --chunks_.at(id)->exporting;
+  if (!exported.ok()) {
+    if (OutOfDescriptors(usage)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "exporting chunks for session ", session, ": ",
+          DescribeOutOfDescriptors(usage), " (", exported.message(), ")"));
+    }
+    return absl::Status(exported.code(),
+                        absl::StrCat("exporting chunks for session ", session,
+                                     ": ", exported.message()));
+  }
+  // Returned while they were exported: not the session's to have.
+  absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+  if (!leased.ok()) return leased;
   return fds;
 }
 
@@ -1216,15 +1268,21 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
         auto it = d.free_by_uid.find(uid);
         if (it == d.free_by_uid.end()) continue;
         auto& list = it->second;
+        std::vector<uint64_t> busy;  // being exported: not now
         while (!list.empty() && (bytes == 0 || released + size <= bytes)) {
           auto c = chunks_.find(list.back());
           list.pop_back();
+          if (c->second->exporting > 0) {
+            busy.push_back(c->first);
+            continue;
+          }
           gone.push_back(std::move(c->second));
           chunks_.erase(c);
           --d.free;
           --d.created;
           released += size;
         }
+        list.insert(list.end(), busy.rbegin(), busy.rend());
         if (list.empty()) d.free_by_uid.erase(it);
       }
     }
@@ -1274,7 +1332,11 @@ DeviceHoldings Lake::HoldingsLocked(int device) const {
   h.floor_chunks = d.config.precreate_bytes / d.config.chunk_size;
   h.free.reserve(d.free);
   for (const auto& [uid, list] : d.free_by_uid) {
-    for (uint64_t id : list) h.free.push_back({id, chunks_.at(id)->free_since});
+    for (uint64_t id : list) {
+      const ChunkRec& c = *chunks_.at(id);
+      // One being exported (returned meanwhile) waits for the next round.
+      if (c.exporting == 0) h.free.push_back({id, c.free_since});
+    }
   }
   return h;
 }
