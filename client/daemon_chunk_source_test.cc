@@ -207,6 +207,14 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(asked.load(), 3 * kChunk);
   EXPECT_EQ(idle->pressure_requests(), 1u);
+  // The busy lease completes as soon as the daemon has the chunks back,
+  // which can be before the idle side's handler has returned and counted
+  // them: wait for the count.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (idle->pressure_bytes_returned() < 3 * kChunk &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   EXPECT_EQ(idle->pressure_bytes_returned(), 3 * kChunk);
   EXPECT_EQ(idle->held_chunks(0), 5u);
   EXPECT_EQ(SessionChunks(idle->session_id()), 5u);

@@ -130,7 +130,7 @@ void FdServer::Loop() {
         epoll_.get(), events, kMaxEvents,
         static_cast<int>(absl::ToInt64Milliseconds(kHousekeepingPeriod)));
     if (n < 0 && errno != EINTR) {
-      Logf("fd socket: epoll_wait: %s; serving stops", std::strerror(errno));
+      Errorf("fd socket: epoll_wait: %s; serving stops", std::strerror(errno));
       return;
     }
     std::vector<uint64_t> ended;
@@ -176,19 +176,19 @@ void FdServer::AcceptAll() {
     if (!sock.valid()) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        Logf("fd socket: accept: %s", std::strerror(errno));
+        Warnf("fd socket: accept: %s", std::strerror(errno));
       }
       return;
     }
     if (conns_.size() >= options_.max_connections) {
-      Logf("fd socket: %d connections already, the limit; refusing one",
-           conns_.size());
+      Warnf("fd socket: %d connections already, the limit; refusing one",
+            conns_.size());
       continue;  // closes it
     }
     absl::StatusOr<PeerCredentials> peer = GetPeerCredentials(sock.get());
     if (!peer.ok()) {
-      Logf("fd socket: a connection without credentials: %s",
-           peer.status().ToString());
+      Warnf("fd socket: a connection without credentials: %s",
+            peer.status().ToString());
       continue;
     }
     // Blocking with timeouts: RecvFds only starts on a complete message,
@@ -208,7 +208,7 @@ void FdServer::AcceptAll() {
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = c->serial;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->sock.get(), &ev) != 0) {
-      Logf("fd socket: epoll_ctl: %s", std::strerror(errno));
+      Errorf("fd socket: epoll_ctl: %s", std::strerror(errno));
       continue;
     }
     const uint64_t serial = c->serial;
@@ -434,8 +434,8 @@ void FdServer::Housekeeping() {
   for (const auto& [serial, why] : drop) {
     auto it = conns_.find(serial);
     if (it != conns_.end() && it->second->session == 0) {
-      Logf("fd socket: dropping a connection of pid %d: %s",
-           it->second->peer.pid, why);
+      Warnf("fd socket: dropping a connection of pid %d: %s",
+            it->second->peer.pid, why);
     }
     Close(serial, why, /*end_session=*/true);
   }

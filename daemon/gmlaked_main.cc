@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -35,8 +37,12 @@
 #include "daemon/lake.h"
 #include "daemon/lake_service.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/metrics_server.h"
+#include "daemon/service_notifier.h"
 #include "daemon/units.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "proto/protocol.h"
 
 ABSL_FLAG(std::string, socket, "/run/gmlake/gmlaked.sock",
@@ -87,13 +93,28 @@ ABSL_FLAG(int, max_sessions, 8192, "Most sessions at once.");
 ABSL_FLAG(bool, check_claimed_pid, true,
           "Require the fd-socket peer's pid to be the pid the client "
           "claimed (turn off for clients in another pid namespace).");
+ABSL_FLAG(absl::Duration, release_idle, absl::Seconds(60),
+          "Free chunks unused this long go back to the driver, down to "
+          "--precreate per device, so that processes outside the lake can "
+          "have the memory (0: keep them until gmlakectl trim).");
+ABSL_FLAG(std::string, metrics_address, "",
+          "Serve Prometheus metrics over HTTP at this address "
+          "(127.0.0.1:9478, [::1]:9478, :9478 for every address; empty: "
+          "off). No authentication: bind it to loopback or a monitoring "
+          "network.");
+ABSL_FLAG(bool, export_on_demand, true,
+          "Export a chunk's descriptor each time it is sent (~26 us on an "
+          "H200) instead of keeping one open per chunk, so that the "
+          "daemon's descriptors do not grow with the lake.");
 ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
 
 namespace gmlake {
 namespace {
 
-// Raises RLIMIT_NOFILE's soft limit to the hard limit: the daemon keeps one
-// exported descriptor per chunk (70 000 chunks of 2 MiB fill an H200).
+// Raises RLIMIT_NOFILE's soft limit to the hard limit: each client holds a
+// connection, each claim a batch of exports in flight, and without
+// --export_on_demand (or on the host backend, whose chunks are memfds) each
+// chunk a descriptor (70 000 chunks of 2 MiB fill an H200).
 uint64_t RaiseFdLimit() {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
@@ -143,7 +164,79 @@ absl::StatusOr<std::vector<Capacity>> CapacityList(const std::string& name,
   return out;
 }
 
-absl::Status Run() {
+// One line for systemd's STATUS= (shown by systemctl status): sessions and
+// the books summed over devices.
+std::string StatusLine(const v1::StatusResponse& st) {
+  uint64_t created = 0, leased = 0, free = 0, capacity = 0;
+  for (const v1::DeviceStatus& d : st.devices()) {
+    created += d.created_bytes();
+    leased += d.leased_bytes();
+    free += d.free_bytes();
+    capacity += d.capacity_bytes();
+  }
+  return absl::StrFormat(
+      "serving %d sessions; %s leased, %s free, %s created of %s on %d "
+      "devices",
+      st.sessions_size(), FormatBytes(leased), FormatBytes(free),
+      FormatBytes(created), FormatBytes(capacity), st.devices_size());
+}
+
+// Tells systemd; a failure is logged once, never fatal (the daemon serves
+// its clients whether or not the service manager hears it).
+void Notify(const ServiceNotifier& notifier, absl::string_view state) {
+  static bool warned = false;
+  absl::Status s = notifier.Notify(state);
+  if (!s.ok() && !warned) {
+    warned = true;
+    Warnf("%s", s.message());
+  }
+}
+
+// Until SIGTERM or SIGINT: checks the sessions' processes every
+// --liveness_interval, gives idle chunks back to the driver about once a
+// second, and keeps systemd's watchdog and STATUS= line fed. Returns the
+// signal.
+int ServeUntilStopped(Lake* lake, const ServiceNotifier& notifier) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  const absl::Duration period = absl::GetFlag(FLAGS_liveness_interval);
+  // Half of WatchdogSec=, as sd_watchdog_enabled(3) advises.
+  const absl::Duration watchdog = notifier.watchdog_interval() / 2;
+  const timespec wait = absl::ToTimespec(
+      watchdog > absl::ZeroDuration() ? std::min(period, watchdog) : period);
+  absl::Time last_release = absl::Now();
+  absl::Time last_watchdog = absl::Now();
+  absl::Time last_status = absl::Now();
+  std::string status_line;
+  for (;;) {
+    const int sig = ::sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) return sig;
+    lake->CheckLiveness();
+    const absl::Time now = absl::Now();
+    if (now - last_release >= absl::Seconds(1)) {
+      last_release = now;
+      lake->ReleaseIdle(now);
+    }
+    if (watchdog > absl::ZeroDuration() && now - last_watchdog >= watchdog) {
+      last_watchdog = now;
+      Notify(notifier, "WATCHDOG=1");
+    }
+    if (notifier.enabled() && now - last_status >= absl::Seconds(5)) {
+      last_status = now;
+      v1::StatusResponse st;
+      lake->FillStatus(&st);
+      std::string line = StatusLine(st);
+      if (line != status_line) {
+        status_line = std::move(line);
+        Notify(notifier, absl::StrCat("STATUS=", status_line));
+      }
+    }
+  }
+}
+
+absl::Status Run(const ServiceNotifier& notifier) {
   SetVerboseLog(absl::GetFlag(FLAGS_verbose));
   const uint64_t fd_limit = RaiseFdLimit();
 
@@ -234,6 +327,12 @@ absl::Status Run() {
   lo.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
   lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
+  lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
+  lo.export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
+  if (lo.release.idle_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--release_idle must be 0 (never) or a positive duration");
+  }
   const std::string grpc_path = absl::GetFlag(FLAGS_socket);
   const std::string mode_text = absl::GetFlag(FLAGS_socket_mode);
   char* end = nullptr;
@@ -264,13 +363,25 @@ absl::Status Run() {
       ScrubPolicyName(lo.scrub), absl::FormatDuration(lo.reclaim_timeout),
       lo.prefer_reclaim ? " (reclaim before creating)" : "", lo.max_sessions,
       fd_limit);
+  Logf(
+      "release: free chunks unused for %s go back to the driver, down to "
+      "--precreate",
+      lo.release.enabled() ? absl::FormatDuration(lo.release.idle_after)
+                           : "ever (never: --release_idle=0)");
   if (fd_limit < 4096) {
-    Logf(
-        "warning: only %d open files allowed; each chunk holds one (raise "
-        "LimitNOFILE= / ulimit -n)",
+    Warnf(
+        "warning: only %d open files allowed; each client needs one, and "
+        "each chunk one on the host backend or without --export_on_demand "
+        "(raise LimitNOFILE= / ulimit -n)",
         fd_limit);
   }
 
+  uint64_t precreate = 0;
+  for (const LakeDeviceConfig& d : lo.devices) precreate += d.precreate_bytes;
+  if (precreate > 0) {
+    Notify(notifier, absl::StrCat("STATUS=creating ", FormatBytes(precreate),
+                                  " of chunks ahead of time (--precreate)"));
+  }
   absl::StatusOr<std::unique_ptr<Lake>> lake = Lake::Create(backend->get(), lo);
   if (!lake.ok()) return lake.status();
 
@@ -309,6 +420,9 @@ absl::Status Run() {
   }
 
   LakeService service(lake->get());
+  // The standard health service (grpc.health.v1) beside the lake's, for
+  // probes: `gmlakectl health`.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", grpc_path),
                            grpc::InsecureServerCredentials());
@@ -323,27 +437,56 @@ absl::Status Run() {
                      " (is the directory there and writable?)"));
   }
   ::chmod(grpc_path.c_str(), static_cast<mode_t>(mode));
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(v1::Lake::service_full_name(), true);
+  }
   Logf("serving: gRPC on unix:%s, descriptors on %s (mode %s)", grpc_path,
        lo.fd_socket_path, mode_text);
 
-  // --- Wait for SIGTERM / SIGINT, checking liveness meanwhile ---------------
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  const absl::Duration period = absl::GetFlag(FLAGS_liveness_interval);
-  const timespec wait = absl::ToTimespec(period);
-  int sig = 0;
-  for (;;) {
-    sig = ::sigtimedwait(&stop_signals, nullptr, &wait);
-    if (sig == SIGTERM || sig == SIGINT) break;
-    (*lake)->CheckLiveness();
+  std::unique_ptr<MetricsServer> metrics;
+  if (const std::string address = absl::GetFlag(FLAGS_metrics_address);
+      !address.empty()) {
+    MetricsServerOptions mo;
+    mo.address = address;
+    Lake* books = lake->get();
+    absl::StatusOr<std::unique_ptr<MetricsServer>> m =
+        MetricsServer::Start(mo, [books] {
+          v1::StatusResponse st;
+          books->FillStatus(&st);
+          st.set_protocol_version(ProtocolVersion());
+          return RenderMetrics(st);
+        });
+    if (!m.ok()) {
+      server->Shutdown();
+      (*fd_server)->Stop();
+      ::unlink(grpc_path.c_str());
+      return m.status();
+    }
+    metrics = *std::move(m);
+    Logf("metrics: Prometheus text at %s", metrics->url());
   }
+
+  // Both sockets (and the metrics) serve: systemd may start what needs us.
+  {
+    v1::StatusResponse st;
+    (*lake)->FillStatus(&st);
+    Notify(notifier, absl::StrCat("READY=1\nSTATUS=", StatusLine(st)));
+  }
+
+  const int sig = ServeUntilStopped(lake->get(), notifier);
   Logf("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  v1::StatusResponse ending;
+  (*lake)->FillStatus(&ending);
+  Notify(notifier, absl::StrFormat("STOPPING=1\nSTATUS=shutting down: ending "
+                                   "%d sessions",
+                                   ending.sessions_size()));
+  if (health != nullptr) health->SetServingStatus(false);
 
   // Sessions end first (their Watch streams finish, waiting leases fail),
   // then the servers stop, then the chunks are released.
   (*lake)->Shutdown();
+  if (metrics != nullptr) metrics->Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
   server->Wait();
   (*fd_server)->Stop();
@@ -378,9 +521,13 @@ int main(int argc, char** argv) {
                  rest[1]);
     return 2;
   }
-  absl::Status s = gmlake::Run();
+  const gmlake::ServiceNotifier notifier =
+      gmlake::ServiceNotifier::FromEnvironment();
+  absl::Status s = gmlake::Run(notifier);
   if (!s.ok()) {
-    gmlake::Logf("error: %s", s.ToString());
+    gmlake::Errorf("error: %s", s.ToString());
+    // systemctl status shows why it did not start.
+    gmlake::Notify(notifier, absl::StrCat("STATUS=failed: ", s.message()));
     return 1;
   }
   return 0;

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
+#include "daemon/fd_usage.h"
 #include "daemon/log.h"
 
 namespace gmlake {
@@ -125,7 +126,7 @@ void Lake::Aftermath::Run(VmmBackend* backend) {
   hooks.clear();
   for (ChunkHandle h : releases) {
     absl::Status s = backend->ReleaseChunk(h);
-    if (!s.ok()) Logf("releasing chunk handle %d failed: %s", h, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk handle %d failed: %s", h, s.ToString());
   }
   releases.clear();
 }
@@ -195,11 +196,17 @@ absl::Status Lake::Precreate() {
     if (n == 0) continue;
     std::vector<std::unique_ptr<ChunkRec>> made;
     absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
+    if (!s.ok() && OutOfDescriptors(CurrentFdUsage())) {
+      s = absl::ResourceExhaustedError(absl::StrCat(
+          DescribeOutOfDescriptors(CurrentFdUsage()), " (", s.message(), ")"));
+    }
     MutexLock lock(&mu_);
     Device& d = devices_[i];
+    const absl::Time now = absl::Now();
     for (auto& c : made) {
       c->id = next_chunk_++;
       c->state = ChunkState::kFree;
+      c->free_since = now;
       d.free_by_uid[kNoUid].push_back(c->id);
       ++d.free;
       ++d.created;
@@ -227,7 +234,7 @@ Lake::~Lake() {
     // Chunks still leased live on in their clients' imports: releasing our
     // handle only drops the daemon's reference, as with the driver.
     absl::Status s = backend_->ReleaseChunk(c->handle);
-    if (!s.ok()) Logf("releasing chunk %d failed: %s", c->id, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk %d failed: %s", c->id, s.ToString());
   }
 }
 
@@ -450,7 +457,7 @@ uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
     // another session would share its memory. They wait for its exit.
     s->ended = true;
     s->end_reason = std::string(reason);
-    Logf(
+    Noticef(
         "%s ended: %s; its %d chunks stay leased until process %d exits "
         "(it may still use them)",
         label, reason, delivered, s->peer.pid);
@@ -478,8 +485,10 @@ uint64_t Lake::ReleaseSessionChunksLocked(Session* s) {
     d.free_by_uid[c->last_uid].push_back(id);
     c->state = ChunkState::kFree;
     c->session = 0;
+    c->free_since = absl::Now();
     returned += d.config.chunk_size;
   }
+  reclaimed_bytes_ += returned;
   s->chunks.clear();
   s->leased_chunks_by_device.clear();
   // The whole session's bytes (chunks, and any still being created or
@@ -590,9 +599,9 @@ int Lake::CheckLiveness() {
         }
         s->unclaimed.erase(lease);
         lease_owner_.erase(lease);
-        Logf("%s: lease %d was not claimed within %s; %s back in the lake",
-             SessionLabel(id, s->name, s->peer.pid), lease,
-             absl::FormatDuration(options_.claim_timeout), FormatBytes(bytes));
+        Warnf("%s: lease %d was not claimed within %s; %s back in the lake",
+              SessionLabel(id, s->name, s->peer.pid), lease,
+              absl::FormatDuration(options_.claim_timeout), FormatBytes(bytes));
       }
     }
   }
@@ -626,6 +635,7 @@ void Lake::FreeChunkLocked(ChunkRec* c, int64_t last_uid) {
   c->state = ChunkState::kFree;
   c->session = 0;
   c->last_uid = last_uid;
+  c->free_since = absl::Now();
   ++d.free;
   d.free_by_uid[last_uid].push_back(c->id);
   freed_.SignalAll();
@@ -709,7 +719,9 @@ absl::Status Lake::CreateChunks(int device, uint64_t n,
     auto c = std::make_unique<ChunkRec>();
     c->device = device;
     c->handle = *h;
-    c->fd = *std::move(fd);
+    // With export on demand this first export (the costly one on a GPU)
+    // only proves the chunk can be shared, and is closed here.
+    if (!options_.export_on_demand) c->fd = *std::move(fd);
     out->push_back(std::move(c));
   }
   return absl::OkStatus();
@@ -802,10 +814,13 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
                                        uint64_t count) {
   Aftermath after;
+  // Since when this lease asked others for memory (never: InfiniteFuture).
+  absl::Time pressure_since = absl::InfiniteFuture();
   mu_.Lock();
   // Every exit unlocks, then runs what must run without the lock.
   auto fail = [&](absl::Status status) -> absl::StatusOr<LeaseGrant> {
     ++leases_failed_;
+    NotePressureWaitLocked(pressure_since);
     mu_.Unlock();
     after.Run(backend_);
     return status;
@@ -919,6 +934,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
         asked.push_back(id);
         asked_reports.push_back(sessions_[id]->reports);
       }
+      ++pressure_rounds_;
+      if (pressure_since == absl::InfiniteFuture()) {
+        pressure_since = absl::Now();
+      }
       // Send without the lock, then look again.
       mu_.Unlock();
       after.Run(backend_);
@@ -973,6 +992,9 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   std::vector<std::unique_ptr<ChunkRec>> made;
   absl::Status created = absl::OkStatus();
   if (scrubbed.ok()) created = CreateChunks(device, to_create, &made);
+  // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
+  // when the daemon is out of descriptors, that is the cause to name.
+  const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();
 
   mu_.Lock();
   d.creating -= to_create;
@@ -989,6 +1011,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     failure = absl::InternalError(
         absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
                         dirty.size(), device, label, scrubbed.message()));
+  } else if (!created.ok() && OutOfDescriptors(fds)) {
+    failure = absl::ResourceExhaustedError(absl::StrFormat(
+        "creating %d chunks on device %d for %s failed: %s (%s)", to_create,
+        device, label, DescribeOutOfDescriptors(fds), created.message()));
   } else if (!created.ok()) {
     failure = absl::Status(
         created.code(),
@@ -1028,9 +1054,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       ++d.free;
       d.free_by_uid[kNoUid].push_back(id);
       c->state = ChunkState::kFree;
+      c->free_since = absl::Now();
     }
     freed_.SignalAll();
-    Logf("lease failed: %s", failure.message());
+    Warnf("lease failed: %s", failure.message());
     return fail(failure);
   }
   s = it->second.get();
@@ -1040,6 +1067,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     ++d.leased;
   }
   chunks_scrubbed_ += dirty.size();
+  zeroed_bytes_ += dirty.size() * size;
   for (uint64_t id : made_ids) {
     ChunkRec* c = chunks_.at(id).get();
     c->state = ChunkState::kLeased;
@@ -1060,6 +1088,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   s->unclaimed[grant.lease_id] = {grant.chunk_ids, absl::Now()};
   lease_owner_[grant.lease_id] = session;
   ++leases_served_;
+  NotePressureWaitLocked(pressure_since);
   VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
         grant.lease_id, count, FormatBytes(bytes), device, label, dirty.size(),
         made_ids.size());
@@ -1098,11 +1127,8 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
   return ids;
 }
 
-absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
-    uint64_t session, absl::Span<const uint64_t> chunk_ids) {
-  MutexLock lock(&mu_);
-  std::vector<UniqueFd> fds;
-  fds.reserve(chunk_ids.size());
+absl::Status Lake::CheckLeasedToLocked(
+    uint64_t session, absl::Span<const uint64_t> chunk_ids) const {
   for (uint64_t id : chunk_ids) {
     auto it = chunks_.find(id);
     if (it == chunks_.end() || it->second->session != session ||
@@ -1112,14 +1138,67 @@ absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
           "lease was claimed?)",
           id, session));
     }
-    const int fd = ::fcntl(it->second->fd.get(), F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("duplicating a chunk descriptor: ", std::strerror(errno),
-                       " (raise gmlaked's LimitNOFILE)"));
-    }
-    fds.emplace_back(fd);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
+    uint64_t session, absl::Span<const uint64_t> chunk_ids) {
+  std::vector<UniqueFd> fds;
+  fds.reserve(chunk_ids.size());
+  if (!options_.export_on_demand) {
+    MutexLock lock(&mu_);
+    absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+    if (!leased.ok()) return leased;
+    for (uint64_t id : chunk_ids) {
+      const int fd = ::fcntl(chunks_.at(id)->fd.get(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "duplicating a chunk descriptor: ", std::strerror(errno),
+            " (raise gmlaked's LimitNOFILE)"));
+      }
+      fds.emplace_back(fd);
+    }
+    return fds;
+  }
+  // Pinned (exporting > 0) so that a Return and a Trim meanwhile cannot
+  // release the handle under the export; exported without the lock.
+  std::vector<ChunkHandle> handles;
+  {
+    MutexLock lock(&mu_);
+    absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+    if (!leased.ok()) return leased;
+    for (uint64_t id : chunk_ids) {
+      ChunkRec* c = chunks_.at(id).get();
+      ++c->exporting;
+      handles.push_back(c->handle);
+    }
+  }
+  absl::Status exported = absl::OkStatus();
+  for (ChunkHandle h : handles) {
+    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
+    if (!fd.ok()) {
+      exported = fd.status();
+      break;
+    }
+    fds.push_back(*std::move(fd));
+  }
+  const FdUsage usage = exported.ok() ? FdUsage{} : CurrentFdUsage();
+  MutexLock lock(&mu_);
+  for (uint64_t id : chunk_ids) --chunks_.at(id)->exporting;
+  if (!exported.ok()) {
+    if (OutOfDescriptors(usage)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "exporting chunks for session ", session, ": ",
+          DescribeOutOfDescriptors(usage), " (", exported.message(), ")"));
+    }
+    return absl::Status(exported.code(),
+                        absl::StrCat("exporting chunks for session ", session,
+                                     ": ", exported.message()));
+  }
+  // Returned while they were exported: not the session's to have.
+  absl::Status leased = CheckLeasedToLocked(session, chunk_ids);
+  if (!leased.ok()) return leased;
   return fds;
 }
 
@@ -1189,42 +1268,140 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
         auto it = d.free_by_uid.find(uid);
         if (it == d.free_by_uid.end()) continue;
         auto& list = it->second;
+        std::vector<uint64_t> busy;  // being exported: not now
         while (!list.empty() && (bytes == 0 || released + size <= bytes)) {
           auto c = chunks_.find(list.back());
           list.pop_back();
+          if (c->second->exporting > 0) {
+            busy.push_back(c->first);
+            continue;
+          }
           gone.push_back(std::move(c->second));
           chunks_.erase(c);
           --d.free;
           --d.created;
           released += size;
         }
+        list.insert(list.end(), busy.rbegin(), busy.rend());
         if (list.empty()) d.free_by_uid.erase(it);
       }
     }
     if (!gone.empty()) freed_.SignalAll();  // capacity to create anew
+    trimmed_bytes_ += released;
   }
-  // Chunks that held a session's data are zeroed before they go back to
-  // the driver: the daemon may get the same memory again from a later
-  // create, which it treats as fresh (clean).
+  const uint64_t chunks = gone.size();
+  ReleaseToDriver(std::move(gone));
+  if (chunks > 0) {
+    Noticef("trim: released %d chunks (%s) to the driver", chunks,
+            FormatBytes(released));
+  }
+  return {released, chunks};
+}
+
+void Lake::ReleaseToDriver(std::vector<std::unique_ptr<ChunkRec>> gone) {
   if (options_.scrub != ScrubPolicy::kNever) {
     std::map<int, std::vector<ChunkHandle>> dirty;
     for (const auto& c : gone) {
       if (c->last_uid != kNoUid) dirty[c->device].push_back(c->handle);
     }
+    uint64_t zeroed = 0;
     for (const auto& [device, handles] : dirty) {
       absl::Status s = Scrub(device, handles);
-      if (!s.ok()) Logf("trim: zeroing before release: %s", s.ToString());
+      if (!s.ok()) {
+        Warnf("zeroing %d chunks on device %d before release: %s",
+              handles.size(), device, s.ToString());
+      } else {
+        zeroed += handles.size() * options_.devices[device].chunk_size;
+      }
+    }
+    if (zeroed > 0) {
+      MutexLock lock(&mu_);
+      zeroed_bytes_ += zeroed;
     }
   }
   for (auto& c : gone) {
     absl::Status s = backend_->ReleaseChunk(c->handle);
-    if (!s.ok()) Logf("trim: releasing chunk %d: %s", c->id, s.ToString());
+    if (!s.ok()) Warnf("releasing chunk %d: %s", c->id, s.ToString());
   }
-  if (!gone.empty()) {
-    Logf("trim: released %d chunks (%s) to the driver", gone.size(),
-         FormatBytes(released));
+}
+
+DeviceHoldings Lake::HoldingsLocked(int device) const {
+  const Device& d = devices_[device];
+  DeviceHoldings h;
+  h.created_chunks = d.created;
+  h.floor_chunks = d.config.precreate_bytes / d.config.chunk_size;
+  h.free.reserve(d.free);
+  for (const auto& [uid, list] : d.free_by_uid) {
+    for (uint64_t id : list) {
+      const ChunkRec& c = *chunks_.at(id);
+      // One being exported (returned meanwhile) waits for the next round.
+      if (c.exporting == 0) h.free.push_back({id, c.free_since});
+    }
   }
-  return {released, gone.size()};
+  return h;
+}
+
+std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
+  if (!options_.release.enabled()) return {0, 0};
+  std::vector<std::unique_ptr<ChunkRec>> gone;
+  uint64_t released = 0;
+  std::vector<std::string> lines;
+  {
+    MutexLock lock(&mu_);
+    if (shutting_down_) return {0, 0};
+    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) {
+      Device& d = devices_[i];
+      // Most rounds: nothing free above the floor, nothing to look at.
+      if (d.free == 0 ||
+          d.created * d.config.chunk_size <= d.config.precreate_bytes) {
+        continue;
+      }
+      const ReleasePlan plan =
+          PlanRelease(options_.release, HoldingsLocked(i), now);
+      if (plan.release.empty()) continue;
+      absl::flat_hash_set<uint64_t> going(plan.release.begin(),
+                                          plan.release.end());
+      for (auto it = d.free_by_uid.begin(); it != d.free_by_uid.end();) {
+        std::vector<uint64_t>& list = it->second;
+        list.erase(
+            std::remove_if(list.begin(), list.end(),
+                           [&](uint64_t id) { return going.contains(id); }),
+            list.end());
+        if (list.empty()) {
+          d.free_by_uid.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+      for (uint64_t id : plan.release) {
+        auto c = chunks_.find(id);
+        gone.push_back(std::move(c->second));
+        chunks_.erase(c);
+      }
+      const uint64_t bytes = plan.release.size() * d.config.chunk_size;
+      d.free -= plan.release.size();
+      d.created -= plan.release.size();
+      released += bytes;
+      lines.push_back(absl::StrFormat(
+          "device %d: released %d chunks (%s) free for %s or more to the "
+          "driver (--release_idle); %s still created",
+          i, plan.release.size(), FormatBytes(bytes),
+          absl::FormatDuration(options_.release.idle_after),
+          FormatBytes(d.created * d.config.chunk_size)));
+    }
+    if (gone.empty()) return {0, 0};
+    released_idle_bytes_ += released;
+    freed_.SignalAll();  // capacity to create anew
+  }
+  const uint64_t chunks = gone.size();
+  ReleaseToDriver(std::move(gone));
+  for (const std::string& line : lines) Noticef("%s", line);
+  return {released, chunks};
+}
+
+void Lake::NotePressureWaitLocked(absl::Time since) {
+  if (since == absl::InfiniteFuture()) return;
+  pressure_wait_.Observe(absl::ToDoubleSeconds(absl::Now() - since));
 }
 
 void Lake::FillStatus(v1::StatusResponse* out) const {
@@ -1241,6 +1418,20 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_scrub_policy(std::string(ScrubPolicyName(options_.scrub)));
   out->set_uid_quota_bytes(options_.uid_quota_bytes);
   out->set_session_quota_bytes(options_.session_quota_bytes);
+  out->set_release_idle_seconds(
+      absl::ToDoubleSeconds(options_.release.idle_after));
+  out->set_released_idle_bytes(released_idle_bytes_);
+  out->set_trimmed_bytes(trimmed_bytes_);
+  out->set_zeroed_bytes(zeroed_bytes_);
+  out->set_reclaimed_bytes(reclaimed_bytes_);
+  out->set_pressure_rounds(pressure_rounds_);
+  v1::Histogram* wait = out->mutable_pressure_wait_seconds();
+  for (double b : pressure_wait_.upper_bounds()) wait->add_upper_bounds(b);
+  for (uint64_t c : pressure_wait_.CumulativeCounts()) {
+    wait->add_cumulative_counts(c);
+  }
+  wait->set_sum(pressure_wait_.sum());
+  wait->set_count(pressure_wait_.count());
   for (size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = devices_[i];
     const uint64_t size = d.config.chunk_size;
@@ -1257,6 +1448,25 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     ds->set_leased_chunks(d.leased);
     ds->set_free_chunks(d.free);
     ds->set_scrubbing_chunks(d.scrubbing);
+    // Why the free chunks are still held: the floor, or not idle long
+    // enough yet.
+    ds->set_floor_bytes(d.config.precreate_bytes);
+    const ReleasePlan plan =
+        PlanRelease(options_.release, HoldingsLocked(i), now);
+    ds->set_floor_kept_bytes(plan.floor_kept_chunks * size);
+    ds->set_idle_bytes((plan.release.size() + plan.later_chunks) * size);
+    ds->set_next_release_seconds(
+        !plan.release.empty() ? 0
+        : plan.next_due == absl::InfiniteFuture()
+            ? -1
+            : absl::ToDoubleSeconds(plan.next_due - now));
+  }
+  for (const auto& [id, s] : orphans_) {
+    for (const auto& [dev, n] : s->leased_chunks_by_device) {
+      v1::DeviceStatus* ds = out->mutable_devices(dev);
+      ds->set_ending_bytes(ds->ending_bytes() +
+                           n * devices_[dev].config.chunk_size);
+    }
   }
   std::vector<const Session*> list;
   for (const auto& [id, s] : sessions_) list.push_back(s.get());

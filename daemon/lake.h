@@ -10,8 +10,10 @@
 //
 // created = free + leased + scrubbing, per device, at every moment the lock
 // is not held. Chunks are created on demand (or ahead of time) up to a
-// capacity per device, exported once (the first export costs ~0.6 ms on an
-// H200) and the descriptor kept: each lease sends a duplicate.
+// capacity per device, and exported whenever a lease sends them (the first
+// export, ~0.6 ms on an H200, at creation; ~26 us after), so the daemon
+// keeps no descriptor per chunk (or, without export_on_demand, exported
+// once with the descriptor kept, and each lease sends a duplicate).
 //
 // Sessions are opened over gRPC with a claimed pid and become usable only
 // once bound on the fd socket, where the daemon learns the peer's real
@@ -49,6 +51,8 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
+#include "daemon/histogram.h"
+#include "daemon/release_policy.h"
 #include "proto/gmlake.pb.h"
 
 namespace gmlake {
@@ -106,6 +110,15 @@ struct LakeOptions {
   bool check_claimed_pid = true;
   // Reported to clients in OpenSession.
   std::string fd_socket_path;
+  // Which free chunks go back to the driver on their own (ReleaseIdle);
+  // each device's floor is its precreate_bytes.
+  ReleasePolicy release;
+  // Export a chunk each time its descriptor is sent (DupChunkFds), instead
+  // of keeping one exported descriptor per chunk: the daemon's descriptors
+  // then do not grow with the lake (70 000 chunks of 2 MiB fill an H200;
+  // a re-export costs ~26 us there; the first export, ~0.6 ms, is still
+  // paid when the chunk is created). --export_on_demand.
+  bool export_on_demand = true;
 };
 
 // The real identity of a client, from SO_PEERCRED.
@@ -228,8 +241,10 @@ class Lake {
   absl::StatusOr<std::vector<uint64_t>> Claim(uint64_t session,
                                               absl::string_view token,
                                               uint64_t lease_id);
-  // Duplicates the exported descriptors of `chunk_ids`, which must all be
-  // leased to `session`, for sending. The caller owns them.
+  // Exports (or, without export_on_demand, duplicates the kept exports of)
+  // the descriptors of `chunk_ids`, which must all be leased to `session`
+  // before and after, for sending. The caller owns them. The driver calls
+  // run without the lock; the chunks cannot be released meanwhile.
   absl::StatusOr<std::vector<UniqueFd>> DupChunkFds(
       uint64_t session, absl::Span<const uint64_t> chunk_ids);
   // Returns chunks of the session to the lake: all or nothing
@@ -243,6 +258,10 @@ class Lake {
   // Releases free chunks to the driver: up to `bytes` (0: all) on `device`
   // (-1: all devices). Returns {bytes, chunks} released.
   std::pair<uint64_t, uint64_t> Trim(int device, uint64_t bytes);
+  // Releases the free chunks that options().release picks at `now` (idle
+  // long enough, above each device's floor). Called periodically by the
+  // daemon. Returns {bytes, chunks} released.
+  std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now);
   // Fills the books, the sessions and the counters into `out`.
   void FillStatus(v1::StatusResponse* out) const;
 
@@ -260,10 +279,13 @@ class Lake {
     uint64_t id = 0;
     int device = 0;
     ChunkHandle handle = 0;
-    UniqueFd fd;  // exported once, duplicated for every send
+    UniqueFd fd;  // without export_on_demand: exported once, duplicated
+    // DupChunkFds calls exporting it now; Trim and ReleaseIdle leave it.
+    int exporting = 0;
     ChunkState state = ChunkState::kFree;
     uint64_t session = 0;       // when leased or scrubbing
     int64_t last_uid = kNoUid;  // uid of the last holder
+    absl::Time free_since;      // when free: since when (ReleaseIdle)
   };
 
   struct Session {
@@ -367,6 +389,21 @@ class Lake {
   // Creates and exports `n` chunks on `device` (no lock held).
   absl::Status CreateChunks(int device, uint64_t n,
                             std::vector<std::unique_ptr<ChunkRec>>* out);
+  // OK if every chunk is leased to `session`, else FailedPrecondition.
+  absl::Status CheckLeasedToLocked(uint64_t session,
+                                   absl::Span<const uint64_t> chunk_ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the release policy needs to know of `device`.
+  DeviceHoldings HoldingsLocked(int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives chunks already out of the books back to the driver (no lock
+  // held), zeroing first those that held a session's data (unless
+  // --scrub=never): the daemon may get the same memory again from a later
+  // create, which it treats as fresh.
+  void ReleaseToDriver(std::vector<std::unique_ptr<ChunkRec>> gone);
+  // A lease that asked others for memory since `since` is done.
+  void NotePressureWaitLocked(absl::Time since)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   VmmBackend* const backend_;
   const LakeOptions options_;
@@ -399,6 +436,12 @@ class Lake {
   uint64_t pressure_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t chunks_scrubbed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sessions_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t released_idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t trimmed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  Histogram pressure_wait_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
 };
 
 }  // namespace gmlake

@@ -7,13 +7,17 @@
 //   gmlakectl [--socket=...]                      trim    [--device=N]
 //                                                         [--bytes=4GiB]
 //                                                         [--json]
+//   gmlakectl [--socket=...]                      health  [--service=NAME]
 //
 // status: the lake per device (capacity, created, leased, free, scrubbing)
 // and the daemon's counters. clients: one line per session (pid, uid, name,
-// what it holds, age). trim: releases free chunks to the driver. --json
-// prints the RPC's response as JSON (proto3 field names) instead.
+// what it holds, age). trim: releases free chunks to the driver. health: asks
+// the standard gRPC health service (grpc.health.v1) on the socket, for probes
+// (systemd, Kubernetes). --json prints the RPC's response as JSON instead
+// (proto field names, numbers as numbers: tools/proto_json.h).
 //
-// Exit codes: 0 done, 1 gmlaked unreachable or refused, 2 bad usage.
+// Exit codes: 0 done (health: serving), 1 gmlaked unreachable, refused or
+// (health) not serving, 2 bad usage.
 
 #include <cstdio>
 #include <string>
@@ -29,16 +33,21 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/bytes.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/protocol.h"
+#include "tools/held_report.h"
+#include "tools/proto_json.h"
 
 ABSL_FLAG(std::string, socket, "/run/gmlake/gmlaked.sock",
           "gmlaked's gRPC socket.");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables.");
 ABSL_FLAG(int, device, -1, "trim: the device (-1: all).");
 ABSL_FLAG(std::string, bytes, "0", "trim: at most this much (0: all free).");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to ask about (\"\": the whole daemon, or "
+          "gmlake.v1.Lake).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5),
           "How long to wait for gmlaked.");
 
@@ -47,20 +56,9 @@ namespace {
 
 constexpr char kUsage[] =
     "gmlakectl: look at and tend gmlaked.\n"
-    "Usage: gmlakectl [--socket=PATH] status|clients|trim [--json]\n"
-    "       gmlakectl trim [--device=N] [--bytes=SIZE]";
-
-std::string Json(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.always_print_primitive_fields = true;
-  o.preserve_proto_field_names = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, o).ok()) {
-    return "{}\n";
-  }
-  return out;
-}
+    "Usage: gmlakectl [--socket=PATH] status|clients|trim|health [--json]\n"
+    "       gmlakectl trim [--device=N] [--bytes=SIZE]\n"
+    "       gmlakectl health [--service=NAME]: exit 0 when serving, else 1";
 
 std::string Age(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds);
@@ -95,13 +93,13 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 std::string PrintStatus(const v1::StatusResponse& st) {
   std::string out = absl::StrFormat(
       "gmlaked: protocol %d, up %s, backend %s\n  %s\n"
-      "sessions %d; leases served %d, failed %d; pressure requests %d; "
-      "chunks zeroed %d; sessions ended %d\n"
+      "sessions %d; leases served %d, failed %d; pressure requests %d in "
+      "%d rounds; chunks zeroed %d; sessions ended %d\n"
       "scrub %s; uid quota %s; session quota %s\n\n",
       st.protocol_version(), Age(st.uptime_seconds()), st.backend(),
       st.backend_description(), st.sessions_size(), st.leases_served(),
-      st.leases_failed(), st.pressure_requests_sent(), st.chunks_scrubbed(),
-      st.sessions_ended(), st.scrub_policy(),
+      st.leases_failed(), st.pressure_requests_sent(), st.pressure_rounds(),
+      st.chunks_scrubbed(), st.sessions_ended(), st.scrub_policy(),
       st.uid_quota_bytes() ? FormatBytes(st.uid_quota_bytes()) : "none",
       st.session_quota_bytes() ? FormatBytes(st.session_quota_bytes())
                                : "none");
@@ -116,7 +114,7 @@ std::string PrintStatus(const v1::StatusResponse& st) {
                     FormatBytes(d.scrubbing_bytes()),
                     absl::StrCat(d.leased_chunks(), "/", d.free_chunks())});
   }
-  return out + Table(rows);
+  return absl::StrCat(out, Table(rows), "\n", HeldReport(st));
 }
 
 std::string PrintClients(const v1::StatusResponse& st) {
@@ -158,6 +156,41 @@ int Fail(const std::string& socket, const absl::Status& s) {
   return 1;
 }
 
+// The standard health check, for probes: 0 when serving, 1 otherwise, with
+// one line saying which.
+int Health(const std::shared_ptr<grpc::Channel>& channel,
+           std::chrono::system_clock::time_point deadline, bool json) {
+  using grpc::health::v1::HealthCheckResponse;
+  const std::string socket = absl::GetFlag(FLAGS_socket);
+  const std::string service = absl::GetFlag(FLAGS_service);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  absl::Status s = FromGrpc(
+      grpc::health::v1::Health::NewStub(channel)->Check(&ctx, req, &resp));
+  if (!s.ok()) {
+    if (s.code() == absl::StatusCode::kNotFound) {
+      return Fail(socket, absl::NotFoundError(absl::StrCat(
+                              "no service '", service,
+                              "' to check (use \"\" or gmlake.v1.Lake)")));
+    }
+    return Fail(socket,
+                absl::Status(s.code(), absl::StrCat(s.message(),
+                                                    " (is gmlaked running?)")));
+  }
+  const bool serving = resp.status() == HealthCheckResponse::SERVING;
+  if (json) {
+    std::fputs(ProtoToJsonText(resp).c_str(), stdout);
+  } else {
+    std::printf("gmlaked at %s%s: %s\n", socket.c_str(),
+                service.empty() ? "" : absl::StrCat(" (", service, ")").c_str(),
+                HealthCheckResponse::ServingStatus_Name(resp.status()).c_str());
+  }
+  return serving ? 0 : 1;
+}
+
 int Main(const std::string& command) {
   const std::string socket = absl::GetFlag(FLAGS_socket);
   auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
@@ -178,14 +211,15 @@ int Main(const std::string& command) {
     }
     if (json) {
       if (command == "clients") {
-        std::vector<std::string> sessions;
+        nlohmann::ordered_json sessions = nlohmann::ordered_json::array();
         for (const v1::SessionStatus& s : st.sessions()) {
-          sessions.push_back(Json(s));
+          sessions.push_back(ProtoToJson(s));
         }
-        std::printf("{\"sessions\": [%s]}\n",
-                    absl::StrJoin(sessions, ",\n").c_str());
+        nlohmann::ordered_json out;
+        out["sessions"] = std::move(sessions);
+        std::fputs((out.dump(2) + "\n").c_str(), stdout);
       } else {
-        std::fputs(Json(st).c_str(), stdout);
+        std::fputs(ProtoToJsonText(st).c_str(), stdout);
       }
     } else {
       std::fputs(
@@ -210,7 +244,7 @@ int Main(const std::string& command) {
     absl::Status s = FromGrpc(stub->Trim(&ctx, req, &resp));
     if (!s.ok()) return Fail(socket, s);
     if (json) {
-      std::fputs(Json(resp).c_str(), stdout);
+      std::fputs(ProtoToJsonText(resp).c_str(), stdout);
     } else {
       std::printf("released %s (%llu chunks) to the driver\n",
                   FormatBytes(resp.released_bytes()).c_str(),
@@ -218,6 +252,7 @@ int Main(const std::string& command) {
     }
     return 0;
   }
+  if (command == "health") return Health(channel, deadline, json);
   std::fprintf(stderr, "gmlakectl: unknown command '%s'\n%s\n", command.c_str(),
                kUsage);
   return 2;

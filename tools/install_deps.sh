@@ -6,7 +6,7 @@
 set -euo pipefail
 packages=(bazel-bootstrap bazel-rules-java libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev
-  zlib1g-dev nlohmann-json3-dev g++ python3)
+  zlib1g-dev nlohmann-json3-dev g++ python3 python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 //
 // gmlakectl against a real gmlaked holding a real client's chunks.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <memory>
@@ -46,6 +47,11 @@ TEST(Gmlakectl, StatusClientsTrimInTablesAndJson) {
   EXPECT_THAT(r.out, HasSubstr("32.00 MiB"));  // capacity
   EXPECT_THAT(r.out, HasSubstr("10.00 MiB"));  // created
   EXPECT_THAT(r.out, HasSubstr("3/2"));        // leased/free chunks
+  // What is held, and why.
+  EXPECT_THAT(r.out, HasSubstr("device 0: 10.00 MiB created"));
+  EXPECT_THAT(r.out, HasSubstr("6.00 MiB leased to 1 session\n"));
+  EXPECT_THAT(r.out, HasSubstr("4.00 MiB free, going back to the driver "
+                               "once idle"));
 
   r = Ctl(**d, {"clients"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -57,19 +63,22 @@ TEST(Gmlakectl, StatusClientsTrimInTablesAndJson) {
   r = Ctl(**d, {"clients", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"name\": \"trainer-rank3\""));
-  EXPECT_THAT(r.out, HasSubstr("\"leased_chunks\": \"3\""));
+  // 64-bit counts are numbers.
+  EXPECT_THAT(r.out, HasSubstr("\"leased_chunks\": 3,"));
   EXPECT_THAT(r.out, Not(HasSubstr("\"devices\"")));
 
   r = Ctl(**d, {"status", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("\"free_chunks\": \"2\""));
+  EXPECT_THAT(r.out, HasSubstr("\"free_chunks\": 2,"));
+  EXPECT_THAT(r.out, HasSubstr("\"leases_served\": 1,"));
+  EXPECT_THAT(r.out, Not(HasSubstr("\": \"2\"")));
   EXPECT_THAT(r.out, HasSubstr("\"scrub_policy\": \"cross-uid\""));
 
   r = Ctl(**d, {"trim", "--bytes=2MiB"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("released 2.00 MiB (1 chunks)"));
   r = Ctl(**d, {"trim", "--json"});
-  EXPECT_THAT(r.out, HasSubstr("\"released_chunks\": \"1\""));
+  EXPECT_THAT(r.out, HasSubstr("\"released_chunks\": 1\n"));
   EXPECT_TRUE((*d)->CheckBooks().ok());
   absl::StatusOr<v1::StatusResponse> st = (*d)->Status();
   EXPECT_EQ(st->devices(0).created_chunks(), 3u);
@@ -80,6 +89,30 @@ TEST(Gmlakectl, StatusClientsTrimInTablesAndJson) {
   r = Ctl(**d, {"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command"));
+}
+
+TEST(Gmlakectl, HealthIsZeroWhileServingOneOtherwise) {
+  absl::StatusOr<std::unique_ptr<Daemon>> d =
+      Daemon::Start({"--capacity=8MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  CommandResult r = Ctl(**d, {"health"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "gmlaked at " + (*d)->socket() + ": SERVING\n");
+  r = Ctl(**d, {"health", "--service=gmlake.v1.Lake", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\n  \"status\": \"SERVING\"\n}\n");
+  r = Ctl(**d, {"health", "--service=gmlake.v9.Nothing"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no service 'gmlake.v9.Nothing'"));
+
+  const std::string socket = (*d)->socket();
+  ASSERT_TRUE((*d)->Stop(SIGTERM, absl::Seconds(10)).ok());
+  absl::StatusOr<CommandResult> gone =
+      RunCommand({RunfilePath("tools/gmlakectl"), "--socket=" + socket,
+                  "--timeout=1s", "health"});
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  EXPECT_EQ(gone->exit_code, 1);
+  EXPECT_THAT(gone->err, HasSubstr("is gmlaked running?"));
 }
 
 TEST(Gmlakectl, NoDaemonIsAClearError) {

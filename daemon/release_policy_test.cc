@@ -1,0 +1,132 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The release policy alone: what goes back to the driver, and when.
+
+#include "daemon/release_policy.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
+
+ReleasePolicy Policy(absl::Duration idle, size_t per_round = 4096) {
+  ReleasePolicy p;
+  p.idle_after = idle;
+  p.max_chunks_per_round = per_round;
+  return p;
+}
+
+// Free chunk `id`, free for `idle`.
+FreeChunk Idle(uint64_t id, absl::Duration idle) { return {id, kNow - idle}; }
+
+TEST(ReleasePolicy, ChunksIdleLongerThanTheTimeGoLongestIdleFirst) {
+  DeviceHoldings d;
+  d.created_chunks = 5;
+  d.free = {Idle(1, absl::Seconds(10)), Idle(2, absl::Seconds(90)),
+            Idle(3, absl::Seconds(61)), Idle(4, absl::Seconds(30))};
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60)), d, kNow);
+  EXPECT_THAT(p.release, ElementsAre(2, 3));
+  EXPECT_EQ(p.later_chunks, 2u);
+  // Chunk 4, free for 30 s, is due in 30 s.
+  EXPECT_EQ(p.next_due, kNow + absl::Seconds(30));
+  EXPECT_EQ(p.floor_kept_chunks, 0u);
+}
+
+TEST(ReleasePolicy, ExactlyTheIdleTimeIsDue) {
+  DeviceHoldings d;
+  d.created_chunks = 1;
+  d.free = {Idle(7, absl::Seconds(60))};
+  EXPECT_THAT(PlanRelease(Policy(absl::Seconds(60)), d, kNow).release,
+              ElementsAre(7));
+}
+
+TEST(ReleasePolicy, NeverBelowTheFloorAndTheFloorKeepsTheWarmestChunks) {
+  DeviceHoldings d;
+  d.created_chunks = 6;  // 2 leased, 4 free
+  d.floor_chunks = 4;
+  d.free = {Idle(1, absl::Seconds(100)), Idle(2, absl::Seconds(400)),
+            Idle(3, absl::Seconds(200)), Idle(4, absl::Seconds(300))};
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60)), d, kNow);
+  // Only 6 - 4 = 2 may go: the two longest idle.
+  EXPECT_THAT(p.release, ElementsAre(2, 4));
+  EXPECT_EQ(p.floor_kept_chunks, 2u);
+  EXPECT_EQ(p.later_chunks, 0u);
+  EXPECT_EQ(p.next_due, absl::InfiniteFuture());
+}
+
+TEST(ReleasePolicy, LeasedChunksCountTowardsTheFloor) {
+  DeviceHoldings d;
+  d.created_chunks = 10;  // 8 leased, 2 free
+  d.floor_chunks = 8;
+  d.free = {Idle(1, absl::Hours(1)), Idle(2, absl::Hours(1))};
+  EXPECT_THAT(PlanRelease(Policy(absl::Seconds(60)), d, kNow).release,
+              ElementsAre(1, 2));
+  d.floor_chunks = 10;
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60)), d, kNow);
+  EXPECT_THAT(p.release, IsEmpty());
+  EXPECT_EQ(p.floor_kept_chunks, 2u);
+}
+
+TEST(ReleasePolicy, AFloorAboveWhatIsCreatedKeepsEverything) {
+  DeviceHoldings d;
+  d.created_chunks = 2;
+  d.floor_chunks = 5;
+  d.free = {Idle(1, absl::Hours(1)), Idle(2, absl::Hours(1))};
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(1)), d, kNow);
+  EXPECT_THAT(p.release, IsEmpty());
+  EXPECT_EQ(p.floor_kept_chunks, 2u);
+}
+
+TEST(ReleasePolicy, ZeroIdleTimeMeansNeverButStillSaysWhatCouldGo) {
+  DeviceHoldings d;
+  d.created_chunks = 3;
+  d.floor_chunks = 1;
+  d.free = {Idle(1, absl::Hours(9)), Idle(2, absl::Hours(9)),
+            Idle(3, absl::Hours(9))};
+  ReleasePlan p = PlanRelease(Policy(absl::ZeroDuration()), d, kNow);
+  EXPECT_THAT(p.release, IsEmpty());
+  EXPECT_EQ(p.later_chunks, 2u);
+  EXPECT_EQ(p.floor_kept_chunks, 1u);
+  EXPECT_EQ(p.next_due, absl::InfiniteFuture());
+}
+
+TEST(ReleasePolicy, ARoundTakesAtMostItsShareAndTheRestIsDueAtOnce) {
+  DeviceHoldings d;
+  d.created_chunks = 5;
+  for (uint64_t id = 1; id <= 5; ++id) {
+    d.free.push_back(Idle(id, absl::Seconds(100 + id)));
+  }
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60), 2), d, kNow);
+  EXPECT_THAT(p.release, ElementsAre(5, 4));
+  EXPECT_EQ(p.later_chunks, 3u);
+  EXPECT_EQ(p.next_due, kNow);
+}
+
+TEST(ReleasePolicy, NothingFreeNothingToDo) {
+  DeviceHoldings d;
+  d.created_chunks = 4;
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60)), d, kNow);
+  EXPECT_THAT(p.release, IsEmpty());
+  EXPECT_EQ(p.later_chunks, 0u);
+  EXPECT_EQ(p.floor_kept_chunks, 0u);
+}
+
+TEST(ReleasePolicy, TiesInTimeGoInIdOrder) {
+  // Chunks precreated together share a time.
+  DeviceHoldings d;
+  d.created_chunks = 4;
+  d.floor_chunks = 1;
+  d.free = {Idle(9, absl::Hours(1)), Idle(3, absl::Hours(1)),
+            Idle(6, absl::Hours(1)), Idle(4, absl::Hours(1))};
+  EXPECT_THAT(PlanRelease(Policy(absl::Seconds(1)), d, kNow).release,
+              ElementsAre(3, 4, 6));
+}
+
+}  // namespace
+}  // namespace gmlake
