@@ -100,7 +100,9 @@ def check_one_gib(out, label):
     import torch
     n = GiB // 4
     try:
-        a = torch.randint(0, 1000, (n,), dtype=torch.int32, device="cuda")
+        # Filled in place: torch.randint(dtype=int32) draws through an int64
+        # buffer of 2 GiB, more than the 2 GiB limit leaves.
+        a = torch.arange(n, dtype=torch.int32, device="cuda").remainder_(1000)
         if a.data_ptr() == 0:
             return fail(out, "%s: a tensor at address 0" % label)
         want = int((a.cpu().to(torch.int64) * 3 + 1).sum().item())
