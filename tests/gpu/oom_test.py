@@ -107,7 +107,9 @@ def check_one_gib(out, label):
             return fail(out, "%s: a tensor at address 0" % label)
         want = int((a.cpu().to(torch.int64) * 3 + 1).sum().item())
         # In place, so that no second GiB is needed under the 2 GiB limit.
-        got = int(a.mul_(3).add_(1).sum(dtype=torch.int64).item())
+        # Summed in rows of 1024 (fits int32), then the small row sums in
+        # int64: sum(dtype=int64) over the whole would cast 2 GiB first.
+        got = int(a.mul_(3).add_(1).view(-1, 1024).sum(dim=1).sum(dtype=torch.int64).item())
         torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 (any failure here is the finding)
         return fail(out, "%s: 1 GiB failed: %s: %s" % (label, type(e).__name__, str(e)[:300]))
