@@ -78,6 +78,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
                                                   StreamHandle stream) {
   if (size == 0) return DevicePtr{0};
   const size_t rounded = RoundUp(size, kRound);
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   if (!pending_.empty()) ProcessPending();
   Pool* pool = GetPool(stream, rounded <= options_.small_size);
@@ -156,6 +157,7 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
 }
 
 absl::Status DeviceAllocator::Free(DevicePtr ptr) {
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
@@ -1174,6 +1176,7 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
 // --- Giving memory back -----------------------------------------------------
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   if (SettleAll(&AllocatorStats::reclaim_waits).ok()) {
     ProcessPending();

@@ -17,23 +17,34 @@ namespace {
 
 constexpr int kMaxNativeFrames = 48;
 constexpr int kMaxPythonFrames = 64;
-// Frames of the capture itself: backtrace's caller chain up to the recorder.
-constexpr int kSkipNative = 3;
+// Frames of the capture itself (Capture and the recorder calling it).
+constexpr int kSkipNative = 2;
 
-// The CPython functions used (all in the stable API since 3.9), looked up in
-// the running process. `ok` is false outside Python.
+// The CPython functions used (the stable ABI since 3.9), looked up in the
+// running process. `ok` is false outside Python.
 struct PythonApi {
-  int (*gil_check)() = nullptr;          // PyGILState_Check
-  void* (*current_frame)() = nullptr;    // PyEval_GetFrame (borrowed)
-  void* (*frame_code)(void*) = nullptr;  // PyFrame_GetCode (new ref)
-  void* (*frame_back)(void*) = nullptr;  // PyFrame_GetBack (new ref)
-  int (*frame_line)(void*) = nullptr;    // PyFrame_GetLineNumber
+  int (*is_initialized)() = nullptr;       // Py_IsInitialized
+  int (*is_finalizing)() = nullptr;        // Py_IsFinalizing (opt.)
+  void* (*this_thread_state)() = nullptr;  // PyGILState_GetThisThreadState
+  int (*gil_ensure)() = nullptr;           // PyGILState_Ensure
+  void (*gil_release)(int) = nullptr;      // PyGILState_Release
+  void* (*current_frame)() = nullptr;      // PyEval_GetFrame (borrowed)
+  void* (*frame_code)(void*) = nullptr;    // PyFrame_GetCode (new ref)
+  void* (*frame_back)(void*) = nullptr;    // PyFrame_GetBack (new ref)
+  int (*frame_line)(void*) = nullptr;      // PyFrame_GetLineNumber
   void* (*get_attr)(void*, const char*) = nullptr;  // new ref
   const char* (*utf8)(void*) = nullptr;             // PyUnicode_AsUTF8
   void (*incref)(void*) = nullptr;                  // Py_IncRef
   void (*decref)(void*) = nullptr;                  // Py_DecRef
   void (*clear_error)() = nullptr;                  // PyErr_Clear
   bool ok = false;
+
+  // Whether this thread's Python frames can be walked now.
+  bool Usable() const {
+    return ok && is_initialized() != 0 &&
+           (is_finalizing == nullptr || is_finalizing() == 0) &&
+           this_thread_state() != nullptr;
+  }
 };
 
 template <typename F>
@@ -46,7 +57,10 @@ const PythonApi& Python() {
   static const PythonApi api = [] {
     PythonApi a;
     a.ok = true;
-    Lookup("PyGILState_Check", &a.gil_check, &a.ok);
+    Lookup("Py_IsInitialized", &a.is_initialized, &a.ok);
+    Lookup("PyGILState_GetThisThreadState", &a.this_thread_state, &a.ok);
+    Lookup("PyGILState_Ensure", &a.gil_ensure, &a.ok);
+    Lookup("PyGILState_Release", &a.gil_release, &a.ok);
     Lookup("PyEval_GetFrame", &a.current_frame, &a.ok);
     Lookup("PyFrame_GetCode", &a.frame_code, &a.ok);
     Lookup("PyFrame_GetBack", &a.frame_back, &a.ok);
@@ -56,6 +70,12 @@ const PythonApi& Python() {
     Lookup("Py_IncRef", &a.incref, &a.ok);
     Lookup("Py_DecRef", &a.decref, &a.ok);
     Lookup("PyErr_Clear", &a.clear_error, &a.ok);
+    // Public from 3.13, private before; either may be missing.
+    bool optional = true;
+    Lookup("Py_IsFinalizing", &a.is_finalizing, &optional);
+    if (a.is_finalizing == nullptr) {
+      Lookup("_Py_IsFinalizing", &a.is_finalizing, &optional);
+    }
     return a;
   }();
   return api;
@@ -103,9 +123,8 @@ uint32_t StackCapture::Intern(Frame f) {
   return id;
 }
 
-void StackCapture::CaptureNative(std::vector<uint32_t>* out) {
-  void* pcs[kMaxNativeFrames];
-  const int n = backtrace(pcs, kMaxNativeFrames);
+void StackCapture::InternNative(void* const* pcs, int n,
+                                std::vector<uint32_t>* out) {
   for (int i = kSkipNative; i < n; ++i) {
     const uintptr_t pc = reinterpret_cast<uintptr_t>(pcs[i]);
     auto it = native_.find(pc);
@@ -127,10 +146,8 @@ void StackCapture::CaptureNative(std::vector<uint32_t>* out) {
   }
 }
 
-void StackCapture::CapturePython(std::vector<uint32_t>* out) {
+void StackCapture::InternPython(std::vector<uint32_t>* out) {
   const PythonApi& py = Python();
-  // Without the GIL the interpreter's frames may change under us.
-  if (!py.ok || py.gil_check() == 0) return;
   void* frame = py.current_frame();
   if (frame == nullptr) return;
   py.incref(frame);
@@ -156,11 +173,7 @@ void StackCapture::CapturePython(std::vector<uint32_t>* out) {
   if (frame != nullptr) py.decref(frame);
 }
 
-uint32_t StackCapture::Capture(StackKind kind) {
-  if (kind == StackKind::kNone) return kNoStack;
-  std::vector<uint32_t> ids;
-  if (kind == StackKind::kAll) CaptureNative(&ids);
-  CapturePython(&ids);
+uint32_t StackCapture::InternStack(std::vector<uint32_t> ids) {
   if (ids.empty()) return kNoStack;
   std::string key(reinterpret_cast<const char*>(ids.data()),
                   ids.size() * sizeof(uint32_t));
@@ -172,10 +185,31 @@ uint32_t StackCapture::Capture(StackKind kind) {
   return id;
 }
 
-std::vector<const Frame*> StackCapture::Frames(uint32_t stack) const {
-  std::vector<const Frame*> out;
+uint32_t StackCapture::Capture(StackKind kind) {
+  if (kind == StackKind::kNone) return kNoStack;
+  void* pcs[kMaxNativeFrames];
+  const int n = kind == StackKind::kAll ? backtrace(pcs, kMaxNativeFrames) : 0;
+  const PythonApi& py = Python();
+  // The GIL first, then our lock (the order the header states).
+  const bool python = py.Usable();
+  const int gil = python ? py.gil_ensure() : 0;
+  uint32_t stack;
+  {
+    MutexLock lock(&mu_);
+    std::vector<uint32_t> ids;
+    InternNative(pcs, n, &ids);
+    if (python) InternPython(&ids);
+    stack = InternStack(std::move(ids));
+  }
+  if (python) py.gil_release(gil);
+  return stack;
+}
+
+std::vector<Frame> StackCapture::Frames(uint32_t stack) const {
+  MutexLock lock(&mu_);
+  std::vector<Frame> out;
   if (stack >= stacks_.size()) return out;
-  for (uint32_t id : stacks_[stack]) out.push_back(&frames_[id]);
+  for (uint32_t id : stacks_[stack]) out.push_back(frames_[id]);
   return out;
 }
 

@@ -58,6 +58,23 @@ std::string JsonString(const std::string& s) {
   return out;
 }
 
+namespace {
+// The stack of the allocator call this thread is in (CallScope).
+thread_local uint32_t current_stack = StackCapture::kNoStack;
+}  // namespace
+
+TraceRecorder::CallScope::CallScope(TraceRecorder* recorder) {
+  if (!recorder->on()) return;
+  active_ = true;
+  outer_ = current_stack;
+  current_stack = recorder->capture_.Capture(
+      recorder->stacks_.load(std::memory_order_relaxed));
+}
+
+TraceRecorder::CallScope::~CallScope() {
+  if (active_) current_stack = outer_;
+}
+
 void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
                               bool clear) {
   MutexLock lock(&mu_);
@@ -69,7 +86,7 @@ void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
   ring_ = std::move(kept);
   next_ = 0;
   max_entries_ = max_entries;
-  stacks_ = stacks;
+  stacks_.store(stacks, std::memory_order_relaxed);
   on_.store(max_entries != 0, std::memory_order_relaxed);
 }
 
@@ -84,7 +101,7 @@ void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
   e.stream = stream;
   e.time_us = absl::ToUnixMicros(absl::Now());
   e.device_free = device_free;
-  e.stack = capture_.Capture(stacks_);
+  e.stack = current_stack;
   if (ring_.size() < max_entries_) {
     ring_.push_back(e);
   } else {
@@ -118,10 +135,10 @@ std::string TraceRecorder::ToJson() const {
     }
     absl::StrAppend(&out, ",\"frames\":[");
     bool first_frame = true;
-    for (const Frame* f : capture_.Frames(e.stack)) {
+    for (const Frame& f : capture_.Frames(e.stack)) {
       absl::StrAppend(&out, first_frame ? "" : ",",
-                      "{\"filename\":", JsonString(f->filename),
-                      ",\"line\":", f->line, ",\"name\":", JsonString(f->name),
+                      "{\"filename\":", JsonString(f.filename),
+                      ",\"line\":", f.line, ",\"name\":", JsonString(f.name),
                       "}");
       first_frame = false;
     }

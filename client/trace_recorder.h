@@ -5,9 +5,12 @@
 //
 // Off by default, and then the allocator pays one relaxed atomic load per
 // call (on()). When on, each event is kept in a ring of max_entries, with the
-// time and, when asked, the stack (stack_capture.h). The recorder has a lock
-// of its own: the allocator records under its lock, and the snapshot reads
-// the ring without it.
+// time and, when asked, the stack of the allocator call that caused it
+// (stack_capture.h): a CallScope at the top of each allocator entry point
+// captures it before any lock is taken, and every event recorded on that
+// thread until the scope ends carries it. The recorder has a lock of its
+// own: the allocator records under its lock, and the snapshot reads the ring
+// without it.
 
 #ifndef GMLAKE_CLIENT_TRACE_RECORDER_H_
 #define GMLAKE_CLIENT_TRACE_RECORDER_H_
@@ -49,6 +52,20 @@ struct TraceEntry {
 
 class TraceRecorder {
  public:
+  // Captures the calling thread's stack for the events recorded on it while
+  // the scope lives. Only at an entry point, with no allocator lock held.
+  class CallScope {
+   public:
+    explicit CallScope(TraceRecorder* recorder);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    bool active_ = false;
+    uint32_t outer_ = StackCapture::kNoStack;
+  };
+
   // Starts recording the last `max_entries` events (0 stops), with stacks
   // of `stacks` kind; `clear` drops what was recorded so far.
   void Configure(size_t max_entries, StackKind stacks, bool clear);
@@ -69,12 +86,12 @@ class TraceRecorder {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::atomic<bool> on_{false};
+  std::atomic<StackKind> stacks_{StackKind::kNone};
+  StackCapture capture_;
   mutable Mutex mu_;
   size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
-  StackKind stacks_ ABSL_GUARDED_BY(mu_) = StackKind::kNone;
   std::vector<TraceEntry> ring_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // where the next entry goes
-  StackCapture capture_ ABSL_GUARDED_BY(mu_);
 };
 
 // `s` as a JSON string literal, quotes included.
