@@ -18,6 +18,8 @@ set_per_process_memory_fraction, memory._snapshot, ...); so do the functions
 here. Options: GMLAKE_CONF (docs/tuning.md). libgmlake.so is found through
 GMLAKE_LIB, else in the installed wheel, else in a checkout's bazel-bin.
 """
+__version__ = "0.1.0"
+
 from . import _lib
 from . import _snapshot
 from . import _torch
