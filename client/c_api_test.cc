@@ -265,7 +265,8 @@ TEST(CApiTest, PyTorchHooksRecordStreamEmptyCacheAndFraction) {
   gmlake_torch_record_stream(p, reinterpret_cast<void*>(2));
   gmlake_torch_record_stream(nullptr, reinterpret_cast<void*>(2));
   gmlake_torch_free(p, 4 << 20, 0, reinterpret_cast<void*>(1));
-  // record_stream of something gmlake did not hand out: said, not fatal.
+  // record_stream of memory gmlake did not hand out: ignored, as PyTorch's
+  // allocator ignores what is not its own (the reason is kept).
   gmlake_torch_record_stream(p, reinterpret_cast<void*>(2));
   EXPECT_NE(std::string(gmlake_last_error()).find("not a live allocation"),
             std::string::npos);

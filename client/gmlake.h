@@ -100,7 +100,8 @@ int gmlake_torch_try_malloc(ssize_t size, int device, void* stream, void** ptr,
 /* PyTorch's optional hooks on that allocator (set_record_stream_fn,
  * set_reset_fn, set_memory_fraction_fn): Tensor.record_stream,
  * torch.cuda.empty_cache, torch.cuda.set_per_process_memory_fraction.
- * They return nothing, so a failure is printed to stderr. */
+ * They return nothing, so a failure is printed to stderr; record_stream of
+ * memory gmlake did not hand out is ignored, as PyTorch's allocator does. */
 void gmlake_torch_record_stream(void* ptr, void* stream);
 void gmlake_torch_empty_cache(void);
 void gmlake_torch_set_memory_fraction(double fraction, int device);

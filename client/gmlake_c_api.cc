@@ -361,7 +361,15 @@ void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
 void gmlake_torch_record_stream(void* ptr, void* stream) {
   // An empty tensor's storage has no memory to protect.
   if (ptr == nullptr) return;
-  if (gmlake_record_stream(ptr, reinterpret_cast<uint64_t>(stream)) != 0) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return;
+  absl::Status s = a->RecordStream(reinterpret_cast<gmlake::DevicePtr>(ptr),
+                                   reinterpret_cast<uint64_t>(stream));
+  if (s.ok()) return;
+  Fail(s);
+  // Memory gmlake did not hand out (from_blob, DLPack) is not its to guard,
+  // as PyTorch's own allocator ignores what is not its own.
+  if (!absl::IsNotFound(s)) {
     std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
   }
 }
