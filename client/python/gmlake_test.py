@@ -302,6 +302,19 @@ class LauncherTest(unittest.TestCase):
         # The caller's PYTHONPATH is kept, after the boot folder.
         self.assertIn(self.user, self.env["PYTHONPATH"])
 
+    def test_an_interpreter_without_gmlake_on_its_path_is_armed_too(self):
+        # torchrun's script may run another Python than the one gmlake is
+        # installed in: the boot sitecustomize loads the package beside it.
+        parent = os.path.dirname(os.path.dirname(os.path.abspath(gmlake.__file__)))
+        code = ("import sys; sys.path.insert(0, %r); import gmlake.__main__ as m; "
+                "sys.exit(m.main(['run', '--', sys.executable, %r]))"
+                % (parent, self.probe))
+        env = dict(self.env, PYTHONPATH=self.user)
+        rc, out, err = python("-c", code, env=env, cwd=self.dir)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("armed True", out)
+        self.assertIn("user 1", out)
+
     def test_python_dash_m_runs_a_script_or_module_as_main(self):
         rc, out, err = self.run_probe(self.probe, "a", "b")
         self.assertEqual(rc, 0, err)
