@@ -140,17 +140,20 @@ def _device(device):
     return current_device() if device is None else int(device)
 
 
+def _flat_stats(device):
+    return _lib.take_json(_lib.load().gmlake_stats_json(_device(device)))
+
+
 def stats(device=None):
     """One device's statistics, flat and sorted as torch.cuda.memory_stats()."""
-    flat = _lib.take_json(_lib.load().gmlake_stats_json(_device(device)))
-    return dict(sorted(flat.items()))
+    return dict(sorted(_flat_stats(device).items()))
 
 
 def nested_stats(device=None):
     """The same, nested as torch._C._cuda_memoryStats returns them
     ("allocated_bytes.all.current" -> ["allocated_bytes"]["all"]["current"])."""
     out = {}
-    for key, value in stats(device).items():
+    for key, value in _flat_stats(device).items():
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
