@@ -89,11 +89,17 @@ def enable(conf=None, open_lake_now=True):
         # Before anything opens a lake: is PyTorch's own allocator in use?
         if torch.cuda.is_initialized():
             raise GMLakeError(TOO_LATE)
+        was_open = _lib.load().gmlake_is_initialized() != 0
         if open_lake_now:
             open_lake(text)
         elif conf is not None:
             os.environ["GMLAKE_CONF"] = conf  # read at the first allocation
-        missing = _install_allocator(torch)
+        try:
+            missing = _install_allocator(torch)
+        except BaseException:
+            if not was_open:  # leave nothing open that PyTorch will not use
+                _lib.load().gmlake_shutdown()
+            raise
         _route(torch, missing)
         _enabled_conf = text
     if "set_record_stream_fn" in missing:
