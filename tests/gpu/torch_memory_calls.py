@@ -100,9 +100,9 @@ check("memory_viz can open the snapshot", not problems, str(problems[:3]))
 with open(snap_path, "rb") as f:
     snap = pickle.load(f)
 trace = snap["device_traces"][0]
-here = os.path.abspath(__file__)
+here = os.path.basename(__file__)
 named = [e for e in trace if e["action"] == "alloc"
-         and any(fr["filename"] == here for fr in e["frames"])]
+         and any(os.path.basename(fr["filename"]) == here for fr in e["frames"])]
 check("history names this script's lines", named, f"{len(trace)} events")
 torch.cuda.memory._record_memory_history(enabled=None)
 
