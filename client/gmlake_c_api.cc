@@ -188,6 +188,8 @@ int gmlake_check_conf(const char* conf) {
 }
 
 int gmlake_is_initialized(void) {
+  // A forked child's copy of the books is not its own to use.
+  if (gmlake::RefusedAfterFork()) return 0;
   return gmlake::G().ready.load(std::memory_order_acquire) != nullptr;
 }
 
