@@ -118,8 +118,52 @@ AllocatorStats Allocator::stats(int device) const {
   return all;
 }
 
-void Allocator::ResetPeaks() {
-  for (auto& d : devices_) d->ResetPeaks();
+void Allocator::ResetPeaks(int device) {
+  for (auto& d : devices_) {
+    if (device < 0 || d->device() == device) d->ResetPeaks();
+  }
+}
+
+void Allocator::ResetAccumulated(int device) {
+  for (auto& d : devices_) {
+    if (device < 0 || d->device() == device) d->ResetAccumulated();
+  }
+}
+
+absl::StatusOr<uint64_t> Allocator::DeviceMemory(int device) const {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  const uint64_t whole = source_->backend()->device_memory_bytes(device);
+  if (whole == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", source_->backend()->name(), " backend does not report device ",
+        device,
+        "'s memory, so a fraction of it means nothing: set a capacity in "
+        "bytes instead (GMLAKE_CONF=capacity:...)"));
+  }
+  return whole;
+}
+
+absl::Status Allocator::SetMemoryFraction(int device, double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory fraction ", fraction, " is not in (0, 1]"));
+  }
+  absl::StatusOr<uint64_t> whole = DeviceMemory(device);
+  if (!whole.ok()) return whole.status();
+  return SetCapacity(device, static_cast<uint64_t>(fraction * *whole));
+}
+
+absl::StatusOr<double> Allocator::MemoryFraction(int device) const {
+  absl::StatusOr<uint64_t> whole = DeviceMemory(device);
+  if (!whole.ok()) return whole.status();
+  const uint64_t cap = source_->capacity_bytes(device);
+  if (cap == 0 || cap >= *whole) return 1.0;
+  return static_cast<double>(cap) / static_cast<double>(*whole);
+}
+
+void Allocator::RecordHistory(size_t max_entries, StackKind stacks,
+                              bool clear) {
+  for (auto& d : devices_) d->trace().Configure(max_entries, stacks, clear);
 }
 
 std::string Allocator::SnapshotJson() const {
@@ -132,7 +176,7 @@ std::string Allocator::SnapshotJson() const {
       absl::StrAppend(&segments, segments.size() > 1 ? "," : "",
                       s.substr(1, s.size() - 2));
     }
-    absl::StrAppend(&traces, i ? "," : "", "[]");
+    absl::StrAppend(&traces, i ? "," : "", devices_[i]->trace().ToJson());
   }
   return absl::StrCat("{\"segments\":", segments,
                       "],\"device_traces\":", traces, "]}");

@@ -15,6 +15,7 @@
 #include "client/chunk_source.h"
 #include "client/device_allocator.h"
 #include "client/options.h"
+#include "client/stack_capture.h"
 #include "client/stats.h"
 
 namespace gmlake {
@@ -40,12 +41,24 @@ class Allocator {
   // Limits what this process may hold on `device` (0: no limit) and gives
   // back cached memory above it.
   absl::Status SetCapacity(int device, uint64_t bytes);
+  // PyTorch's set_per_process_memory_fraction: the capacity as a fraction
+  // (0..1] of the device's memory. FailedPrecondition when the backend does
+  // not know how much memory the device has.
+  absl::Status SetMemoryFraction(int device, double fraction);
+  // The capacity as a fraction of the device's memory (1 when uncapped).
+  absl::StatusOr<double> MemoryFraction(int device) const;
 
   // Statistics of one device, or of all summed (device -1).
   AllocatorStats stats(int device = -1) const;
-  void ResetPeaks();
+  // Peaks, or allocated/freed totals (PyTorch's reset_peak_memory_stats and
+  // reset_accumulated_memory_stats), of one device or all (-1).
+  void ResetPeaks(int device = -1);
+  void ResetAccumulated(int device = -1);
+  // Records each device's history (trace_recorder.h) from now on: the last
+  // `max_entries` events (0: stop), with stacks of `stacks` kind.
+  void RecordHistory(size_t max_entries, StackKind stacks, bool clear);
   // torch.cuda.memory._snapshot()-shaped JSON: {"segments": [...],
-  // "device_traces": [[]...]}.
+  // "device_traces": [[...], ...]} (one trace per device).
   std::string SnapshotJson() const;
   absl::Status CheckInvariants() const;
 
@@ -56,6 +69,8 @@ class Allocator {
   absl::Status CheckDevice(int device) const;
   // ResourceExhausted for a request no arena of `device` can hold.
   absl::Status TooLarge(size_t size, int device) const;
+  // The device's memory, or FailedPrecondition naming what to do instead.
+  absl::StatusOr<uint64_t> DeviceMemory(int device) const;
 
   std::unique_ptr<ChunkSource> owned_source_;
   ChunkSource* source_;

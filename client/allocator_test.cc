@@ -19,6 +19,7 @@
 #include "common/host_backend.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gmlake {
 namespace {
@@ -237,6 +238,117 @@ TEST_F(AllocatorTest, SnapshotHasPyTorchsShape) {
   EXPECT_NE(stats.find("\"gmlake.driver_calls.map\":"), std::string::npos);
   ASSERT_TRUE(allocator_->Free(a).ok());
   ASSERT_TRUE(allocator_->Free(s).ok());
+}
+
+TEST_F(AllocatorTest, StatsSplitByPoolWithPyTorchsTotals) {
+  DevicePtr small = MustMalloc(4096);
+  DevicePtr large = MustMalloc(3 * kMiB);
+  AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.allocated_bytes.small.current, 4096);
+  EXPECT_EQ(s.allocated_bytes.large.current, int64_t{3 * kMiB});
+  EXPECT_EQ(s.allocated_bytes.current, int64_t{3 * kMiB + 4096});
+  EXPECT_EQ(s.allocation.small.current, 1);
+  EXPECT_EQ(s.allocation.large.current, 1);
+  // The small block's chunk is mapped in the small arena; the large one's
+  // two chunks in the large arena.
+  EXPECT_EQ(s.reserved_bytes.small.current, int64_t{kChunk});
+  EXPECT_EQ(s.reserved_bytes.large.current, int64_t{2 * kChunk});
+  EXPECT_EQ(s.segment.small.current, 1);
+  EXPECT_EQ(s.segment.large.current, 1);
+  // The free tails of both segments.
+  EXPECT_EQ(s.inactive_split.current, 2);
+  ASSERT_TRUE(allocator_->Free(small).ok());
+  ASSERT_TRUE(allocator_->Free(large).ok());
+  s = allocator_->stats(0);
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.allocated_bytes.allocated, int64_t{3 * kMiB + 4096});
+  EXPECT_EQ(s.allocated_bytes.freed, int64_t{3 * kMiB + 4096});
+  EXPECT_EQ(s.allocated_bytes.small.freed, 4096);
+  EXPECT_EQ(s.allocated_bytes.peak, int64_t{3 * kMiB + 4096});
+  EXPECT_EQ(s.inactive_split.current, 2);  // each segment one free block
+  allocator_->ResetAccumulated(0);
+  s = allocator_->stats(0);
+  EXPECT_EQ(s.allocated_bytes.allocated, 0);
+  EXPECT_EQ(s.allocated_bytes.small.freed, 0);
+  EXPECT_EQ(s.allocated_bytes.peak, int64_t{3 * kMiB + 4096});
+  allocator_->ResetPeaks(0);
+  EXPECT_EQ(allocator_->stats(0).allocated_bytes.peak, 0);
+  const std::string json = s.ToJson();
+  for (const char* key :
+       {"\"allocated_bytes.small_pool.freed\":0",
+        "\"oversize_segments.peak\":0", "\"max_split_size\":-1",
+        "\"inactive_split.large_pool.current\":1",
+        "\"reserved_bytes.small_pool.current\":2097152",
+        "\"num_sync_all_streams\":", "\"num_device_alloc\":"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
+TEST_F(AllocatorTest, MemoryFractionIsACapacityOfTheDevicesMemory) {
+  // The host backend's device has 8 GiB (Make).
+  auto uncapped = allocator_->MemoryFraction(0);
+  ASSERT_TRUE(uncapped.ok()) << uncapped.status();
+  EXPECT_EQ(*uncapped, 1.0);
+  ASSERT_TRUE(allocator_->SetMemoryFraction(0, 0.25).ok());
+  EXPECT_EQ(lake_->capacity_bytes(0), uint64_t{2} << 30);
+  EXPECT_EQ(*allocator_->MemoryFraction(0), 0.25);
+  EXPECT_FALSE(allocator_->Malloc(uint64_t{3} << 30, 0, 0).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(allocator_->SetMemoryFraction(0, 1.5)));
+  EXPECT_TRUE(absl::IsInvalidArgument(allocator_->SetMemoryFraction(0, 0)));
+  EXPECT_FALSE(allocator_->SetMemoryFraction(4, 0.5).ok());
+}
+
+// What memory_viz replays: every event in order, segments mapped before the
+// blocks in them are handed out, unmapped only when free, frees completed.
+TEST_F(AllocatorTest, HistoryRecordsAllocsFreesMappingsAndOoms) {
+  Make(8 * kChunk);
+  allocator_->RecordHistory(1000, StackKind::kAll, /*clear=*/true);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/7));
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  DevicePtr big = MustMalloc(4 * kChunk, 7);  // stitched
+  EXPECT_FALSE(allocator_->Malloc(kChunk, 0, 7).ok());
+
+  const nlohmann::json snap = nlohmann::json::parse(allocator_->SnapshotJson());
+  const nlohmann::json& trace = snap["device_traces"][0];
+  std::map<std::string, int> count;
+  uint64_t mapped = 0, unmapped = 0;
+  int64_t last_time = 0;
+  for (const auto& e : trace) {
+    const std::string action = e["action"];
+    ++count[action];
+    EXPECT_EQ(e["stream"], 7u);
+    EXPECT_GE(e["time_us"].get<int64_t>(), last_time);
+    last_time = e["time_us"];
+    EXPECT_FALSE(e["frames"].empty()) << e;
+    if (action == "segment_map") mapped += e["size"].get<uint64_t>();
+    if (action == "segment_unmap") unmapped += e["size"].get<uint64_t>();
+    if (action == "oom") {
+      EXPECT_EQ(e["size"], kChunk);
+    }
+  }
+  EXPECT_EQ(count["alloc"], 9);
+  EXPECT_EQ(count["free_requested"], 4);
+  EXPECT_EQ(count["free_completed"], 4);
+  EXPECT_EQ(count["oom"], 1);
+  EXPECT_EQ(unmapped, 4 * kChunk);  // the stitch moved four chunks
+  EXPECT_EQ(mapped - unmapped, 8 * kChunk);
+  EXPECT_EQ(trace.front()["action"], "segment_map");
+  ASSERT_TRUE(allocator_->Free(big).ok());
+
+  // A ring of the last entries; off again costs nothing and records nothing.
+  allocator_->RecordHistory(3, StackKind::kNone, /*clear=*/false);
+  const nlohmann::json last =
+      nlohmann::json::parse(allocator_->SnapshotJson())["device_traces"][0];
+  ASSERT_EQ(last.size(), 3u);
+  EXPECT_EQ(last.back()["action"], "free_completed");
+  EXPECT_EQ(last.back()["addr"], big);
+  allocator_->RecordHistory(0, StackKind::kNone, /*clear=*/true);
+  MustMalloc(kChunk, 7);
+  EXPECT_TRUE(
+      nlohmann::json::parse(allocator_->SnapshotJson())["device_traces"][0]
+          .empty());
 }
 
 // Random mallocs and frees on several streams, under a capacity that forces

@@ -243,6 +243,67 @@ TEST(CApiTest, AForkedChildIsRefusedAtOnceEvenWhileAThreadIsInside) {
   gmlake_shutdown();
 }
 
+TEST(CApiTest, ConfIsCheckedWithoutStartingAnything) {
+  EXPECT_EQ(gmlake_check_conf("backend:host,capacity:2GiB"), 0);
+  EXPECT_EQ(gmlake_check_conf("capacity:lots"), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("capacity"),
+            std::string::npos);
+  EXPECT_EQ(gmlake_check_conf("colour:blue"), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("colour"), std::string::npos)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_is_initialized(), 0);
+}
+
+TEST(CApiTest, PyTorchHooksRecordStreamEmptyCacheAndFraction) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,"
+                        "host_capacity:1GiB"),
+            0)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_is_initialized(), 1);
+  void* p = gmlake_torch_malloc(4 << 20, 0, reinterpret_cast<void*>(1));
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  gmlake_torch_record_stream(p, reinterpret_cast<void*>(2));
+  gmlake_torch_record_stream(nullptr, reinterpret_cast<void*>(2));
+  gmlake_torch_free(p, 4 << 20, 0, reinterpret_cast<void*>(1));
+  // record_stream of memory gmlake did not hand out: ignored, as PyTorch's
+  // allocator ignores what is not its own (the reason is kept).
+  gmlake_torch_record_stream(p, reinterpret_cast<void*>(2));
+  EXPECT_NE(std::string(gmlake_last_error()).find("not a live allocation"),
+            std::string::npos);
+  gmlake_torch_empty_cache();
+  char* stats = gmlake_stats_json(0);
+  EXPECT_NE(std::string(stats).find("\"reserved_bytes.all.current\":0,"),
+            std::string::npos)
+      << stats;
+  gmlake_free_string(stats);
+
+  EXPECT_EQ(gmlake_memory_fraction(0), 1.0);
+  gmlake_torch_set_memory_fraction(0.5, 0);
+  EXPECT_EQ(gmlake_memory_fraction(0), 0.5);
+  EXPECT_EQ(gmlake_malloc(600 << 20, 0, 0), nullptr);
+  EXPECT_EQ(gmlake_set_memory_fraction(0, 2.0), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("not in (0, 1]"),
+            std::string::npos);
+
+  EXPECT_EQ(gmlake_record_history(10, 3, 0), -1);
+  ASSERT_EQ(gmlake_record_history(10, 0, 1), 0);
+  void* q = gmlake_malloc(4096, 0, 0);
+  char* snap = gmlake_snapshot_json();
+  EXPECT_NE(std::string(snap).find("\"action\":\"alloc\""), std::string::npos)
+      << snap;
+  gmlake_free_string(snap);
+  EXPECT_EQ(gmlake_free(q), 0);
+  EXPECT_EQ(gmlake_reset_peaks(0), 0);
+  EXPECT_EQ(gmlake_reset_accumulated(-1), 0);
+  stats = gmlake_stats_json(0);
+  EXPECT_NE(std::string(stats).find("\"allocated_bytes.all.freed\":0,"),
+            std::string::npos)
+      << stats;
+  gmlake_free_string(stats);
+  gmlake_shutdown();
+  EXPECT_EQ(gmlake_is_initialized(), 0);
+}
+
 TEST(CApiTest, DaemonRequiredButAbsentSaysSo) {
   EXPECT_EQ(gmlake_init("lake:daemon,socket:/nonexistent/gmlaked.sock"), -1);
   EXPECT_NE(std::string(gmlake_last_error()).find("/nonexistent/gmlaked.sock"),

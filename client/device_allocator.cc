@@ -68,6 +68,7 @@ Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small) {
   pools_.push_back(std::make_unique<Pool>());
   pools_.back()->stream = stream;
   pools_.back()->small = small;
+  pools_.back()->free.CountInto(&stats_.inactive_split, small);
   return last = pools_.back().get();
 }
 
@@ -77,6 +78,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
                                                   StreamHandle stream) {
   if (size == 0) return DevicePtr{0};
   const size_t rounded = RoundUp(size, kRound);
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   if (!pending_.empty()) ProcessPending();
   Pool* pool = GetPool(stream, rounded <= options_.small_size);
@@ -104,6 +106,13 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
     }
     if (!grown.ok()) {
       ++stats_.num_ooms;
+      if (trace_.on()) {
+        const uint64_t cap = source_->capacity_bytes(device_);
+        const uint64_t held =
+            static_cast<uint64_t>(stats_.reserved_bytes.current);
+        trace_.Record(TraceAction::kOom, 0, size, stream,
+                      cap > held ? cap - held : 0);
+      }
       return absl::Status(grown.status().code(),
                           OutOfMemoryMessage(size, stream, grown.status()));
     }
@@ -114,7 +123,8 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
 }
 
 void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
-  stats_.inactive_split_bytes.Add(-static_cast<int64_t>(b->size));
+  const bool small = b->pool->small;
+  stats_.inactive_split_bytes.Add(-static_cast<int64_t>(b->size), small);
   if (b->size - size >= kRound) {
     Block* rest = blocks_.New();
     rest->addr = b->addr + size;
@@ -130,20 +140,24 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
     // b was a maximal free run of its pool, so rest has no free neighbour
     // of the same pool to merge with.
     rest->pool->free.Insert(rest);
-    stats_.inactive_split_bytes.Add(static_cast<int64_t>(rest->size));
+    stats_.inactive_split_bytes.Add(static_cast<int64_t>(rest->size), small);
   }
   b->state = BlockState::kAllocated;
   b->requested = requested;
   live_[b->addr] = b;
   ++stats_.num_mallocs;
-  stats_.allocated_bytes.Add(static_cast<int64_t>(b->size));
-  stats_.requested_bytes.Add(static_cast<int64_t>(requested));
-  stats_.active_bytes.Add(static_cast<int64_t>(b->size));
-  stats_.allocation.Add(1);
-  stats_.active.Add(1);
+  stats_.allocated_bytes.Add(static_cast<int64_t>(b->size), small);
+  stats_.requested_bytes.Add(static_cast<int64_t>(requested), small);
+  stats_.active_bytes.Add(static_cast<int64_t>(b->size), small);
+  stats_.allocation.Add(1, small);
+  stats_.active.Add(1, small);
+  if (trace_.on()) {
+    trace_.Record(TraceAction::kAlloc, b->addr, requested, b->pool->stream);
+  }
 }
 
 absl::Status DeviceAllocator::Free(DevicePtr ptr) {
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
@@ -155,9 +169,14 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
   Block* b = it->second;
   live_.erase(it);
   ++stats_.num_frees;
-  stats_.allocated_bytes.Add(-static_cast<int64_t>(b->size));
-  stats_.requested_bytes.Add(-static_cast<int64_t>(b->requested));
-  stats_.allocation.Add(-1);
+  const bool small = b->pool->small;
+  stats_.allocated_bytes.Add(-static_cast<int64_t>(b->size), small);
+  stats_.requested_bytes.Add(-static_cast<int64_t>(b->requested), small);
+  stats_.allocation.Add(-1, small);
+  if (trace_.on()) {
+    trace_.Record(TraceAction::kFreeRequested, ptr, b->requested,
+                  b->pool->stream);
+  }
   if (!other_streams_.empty()) {
     auto o = other_streams_.find(ptr);
     if (o != other_streams_.end()) {
@@ -199,9 +218,14 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
 
 void DeviceAllocator::MakeReusable(Block* b) {
   b->free_seq = ++free_seq_;
-  stats_.active_bytes.Add(-static_cast<int64_t>(b->size));
-  stats_.active.Add(-1);
-  stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size));
+  const bool small = b->pool->small;
+  stats_.active_bytes.Add(-static_cast<int64_t>(b->size), small);
+  stats_.active.Add(-1, small);
+  stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size), small);
+  if (trace_.on()) {
+    trace_.Record(TraceAction::kFreeCompleted, b->addr, b->requested,
+                  b->pool->stream);
+  }
   InsertFree(b);
 }
 
@@ -337,6 +361,7 @@ absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
 }
 
 absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
+  ++stats_.num_sync_all_streams;
   const uint64_t seq = free_seq_;
   std::vector<StreamHandle> streams;
   for (auto& p : pools_) {
@@ -643,7 +668,8 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
   mu_.Lock();
   in_transit_bytes_ -= bytes;
   stats_.chunks_returned += static_cast<int64_t>(chunks.size());
-  stats_.reserved_bytes.Add(-static_cast<int64_t>(bytes));
+  // Unmapped by now, so counted in the large pool.
+  stats_.reserved_bytes.Add(-static_cast<int64_t>(bytes), false);
   return bytes;
 }
 
@@ -852,7 +878,8 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     in_transit_bytes_ -= PagesOf(chunks, page_size_) * page_size_ - acquired;
     if (acquired != 0) {
       stats_.chunks_acquired += static_cast<int64_t>(more->size());
-      stats_.reserved_bytes.Add(static_cast<int64_t>(acquired));
+      // Counted in the large pool until mapped in the small arena.
+      stats_.reserved_bytes.Add(static_cast<int64_t>(acquired), false);
     }
     FinishSteals(&stolen, &events);
     for (Block* keep : {plan->keep_a, plan->keep_b}) {
@@ -1028,7 +1055,13 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
   std::vector<SizedChunk> chunks = ForgetMapped(a, q0, q1);
   a->in_flight[q0] = pages;
   pool->free.Remove(f);
-  stats_.inactive_split_bytes.Add(-static_cast<int64_t>(pages * page_size_));
+  const int64_t cut_bytes = static_cast<int64_t>(pages * page_size_);
+  stats_.inactive_split_bytes.Add(-cut_bytes, a->small);
+  if (a->small) stats_.reserved_bytes.Shift(cut_bytes, /*to_small=*/false);
+  // The pages leave the segment (stitched elsewhere, or given back).
+  if (trace_.on()) {
+    trace_.Record(TraceAction::kSegmentUnmap, cut0, cut_bytes, pool->stream);
+  }
 
   // The part of f after the cut heads the right-hand segment.
   Block* right = nullptr;
@@ -1065,7 +1098,7 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
     if (before != nullptr) {
       right_seg = new Segment();
       right_seg->arena = a;
-      stats_.segment.Add(1);
+      stats_.segment.Add(1, a->small);
     } else {
       a->segments.erase(seg->first_page);
     }
@@ -1081,7 +1114,7 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
   } else if (before == nullptr) {
     a->segments.erase(seg->first_page);
     delete seg;
-    stats_.segment.Add(-1);
+    stats_.segment.Add(-1, a->small);
   }
   // Neither remainder can merge: f was a maximal free run of its pool.
   if (f != nullptr) pool->free.Insert(f);
@@ -1112,7 +1145,7 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
     seg->num_pages = pages;
     seg->head = seg->tail = n;
     a->segments[first_page] = seg;
-    stats_.segment.Add(1);
+    stats_.segment.Add(1, a->small);
   }
   n->segment = seg;
   for (size_t p = first_page; p < end; ++p) a->seg[p] = seg;
@@ -1127,15 +1160,23 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
     seg->tail = right->tail;
     a->segments.erase(right->first_page);
     delete right;
-    stats_.segment.Add(-1);
+    stats_.segment.Add(-1, a->small);
   }
-  stats_.inactive_split_bytes.Add(static_cast<int64_t>(pages * page_size_));
+  const int64_t bytes = static_cast<int64_t>(pages * page_size_);
+  stats_.inactive_split_bytes.Add(bytes, a->small);
+  if (a->small) stats_.reserved_bytes.Shift(bytes, /*to_small=*/true);
+  // The pages join a segment (memory_viz: segment_map, which joins
+  // neighbours as here).
+  if (trace_.on()) {
+    trace_.Record(TraceAction::kSegmentMap, n->addr, bytes, pool->stream);
+  }
   return InsertFree(n);
 }
 
 // --- Giving memory back -----------------------------------------------------
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
+  TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
   if (SettleAll(&AllocatorStats::reclaim_waits).ok()) {
     ProcessPending();
@@ -1181,6 +1222,11 @@ AllocatorStats DeviceAllocator::stats() const {
 void DeviceAllocator::ResetPeaks() {
   MutexLock lock(&mu_);
   stats_.ResetPeaks();
+}
+
+void DeviceAllocator::ResetAccumulated() {
+  MutexLock lock(&mu_);
+  stats_.ResetAccumulated();
 }
 
 std::string DeviceAllocator::OutOfMemoryMessage(
@@ -1246,6 +1292,7 @@ std::string DeviceAllocator::SegmentsJson() const {
 absl::Status DeviceAllocator::CheckInvariants() const {
   MutexLock lock(&mu_);
   int64_t allocated = 0, free_bytes = 0, mapped_pages = 0, live = 0;
+  int64_t small_mapped_pages = 0;
   size_t free_blocks = 0;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (const auto& a : *arenas) {
@@ -1266,6 +1313,7 @@ absl::Status DeviceAllocator::CheckInvariants() const {
           }
         }
         mapped_pages += seg->num_pages;
+        if (a->small) small_mapped_pages += seg->num_pages;
         DevicePtr expect = a->PageAddr(first);
         const Block* last = nullptr;
         for (const Block* b = seg->head; b != nullptr; b = b->next) {
@@ -1324,6 +1372,17 @@ absl::Status DeviceAllocator::CheckInvariants() const {
     return absl::InternalError(absl::StrCat(
         "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,
         " pages mapped and ", cached_bytes_, " bytes cached"));
+  }
+  if (small_mapped_pages * static_cast<int64_t>(page_size_) !=
+      stats_.reserved_bytes.small.current) {
+    return absl::InternalError(absl::StrCat(
+        "small-pool reserved ", stats_.reserved_bytes.small.current, " but ",
+        small_mapped_pages, " pages mapped in the small arena"));
+  }
+  if (static_cast<int64_t>(free_blocks) != stats_.inactive_split.current) {
+    return absl::InternalError(
+        absl::StrCat("inactive_split ", stats_.inactive_split.current, " but ",
+                     free_blocks, " free blocks in segments"));
   }
   if (free_bytes != stats_.inactive_split_bytes.current) {
     return absl::InternalError(

@@ -43,6 +43,7 @@
 #include "client/free_index.h"
 #include "client/options.h"
 #include "client/stats.h"
+#include "client/trace_recorder.h"
 #include "common/mutex.h"
 
 namespace gmlake {
@@ -81,6 +82,7 @@ class DeviceAllocator {
 
   AllocatorStats stats() const;
   void ResetPeaks();
+  void ResetAccumulated();
   // The segments in the format of torch.cuda.memory._snapshot()["segments"]
   // (a JSON array).
   std::string SegmentsJson() const;
@@ -88,6 +90,9 @@ class DeviceAllocator {
   absl::Status CheckInvariants() const;
 
   int device() const { return device_; }
+  // The history memory_viz shows (off until configured).
+  TraceRecorder& trace() { return trace_; }
+  const TraceRecorder& trace() const { return trace_; }
 
  private:
   Pool* GetPool(StreamHandle stream, bool small)
@@ -283,6 +288,7 @@ class DeviceAllocator {
   uint64_t in_transit_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   ObjectPool<Block> blocks_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+  TraceRecorder trace_;
 };
 
 }  // namespace gmlake

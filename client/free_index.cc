@@ -32,6 +32,7 @@ void FreeIndex::Insert(Block* b) {
   bits_[bin / 64] |= uint64_t{1} << (bin % 64);
   ++count_;
   bytes_ += b->size;
+  if (counted_ != nullptr) counted_->Add(1, small_);
 }
 
 void FreeIndex::Remove(Block* b) {
@@ -47,6 +48,7 @@ void FreeIndex::Remove(Block* b) {
   b->state = BlockState::kDetached;
   --count_;
   bytes_ -= b->size;
+  if (counted_ != nullptr) counted_->Add(-1, small_);
 }
 
 int FreeIndex::NextNonEmpty(int bin) const {

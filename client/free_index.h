@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "client/block.h"
+#include "client/stats.h"
 
 namespace gmlake {
 
@@ -45,6 +46,13 @@ class FreeIndex {
 
   static int BinOf(size_t size);
 
+  // Also counts the blocks in `stat` (its small pool if `small`): PyTorch's
+  // inactive_split.
+  void CountInto(PooledStat* stat, bool small) {
+    counted_ = stat;
+    small_ = small;
+  }
+
  private:
   int NextNonEmpty(int bin) const;  // first non-empty bin >= bin, or -1
 
@@ -52,6 +60,8 @@ class FreeIndex {
   std::array<uint64_t, (kBins + 63) / 64> bits_{};
   size_t count_ = 0;
   uint64_t bytes_ = 0;
+  PooledStat* counted_ = nullptr;
+  bool small_ = false;
 };
 
 }  // namespace gmlake

@@ -30,6 +30,10 @@ extern "C" {
 /* Starts the allocator with `conf` (NULL: GMLAKE_CONF). Fails if already
  * started with other options; call gmlake_shutdown first. */
 int gmlake_init(const char* conf);
+/* Checks `conf` (NULL: GMLAKE_CONF) without starting anything. */
+int gmlake_check_conf(const char* conf);
+/* 1 once the allocator has started (and opened its lake), else 0. */
+int gmlake_is_initialized(void);
 /* Frees everything and returns all memory to the lake. Pointers handed out
  * before become invalid; no other thread may be inside gmlake meanwhile. */
 void gmlake_shutdown(void);
@@ -47,6 +51,21 @@ uint64_t gmlake_empty_cache(void);
 /* Caps what this process may hold on `device` (0: no cap). */
 int gmlake_set_capacity(int device, uint64_t bytes);
 void gmlake_reset_peak_stats(void);
+/* Caps `device` at `fraction` (0..1] of its memory (PyTorch's
+ * set_per_process_memory_fraction). */
+int gmlake_set_memory_fraction(int device, double fraction);
+/* The cap as a fraction of the device's memory (1: none); -1 on failure. */
+double gmlake_memory_fraction(int device);
+/* Resets the peaks, or the allocated/freed totals, num_alloc_retries and
+ * num_ooms, of `device` (-1: all devices). */
+int gmlake_reset_peaks(int device);
+int gmlake_reset_accumulated(int device);
+
+/* Records the allocator's history for PyTorch's memory_viz: the last
+ * `max_entries` events of each device (0: stop) with stacks of `stacks`
+ * kind (0: none, 1: Python frames, 2: Python and C++ frames); `clear` drops
+ * what was recorded. The snapshot's "device_traces" holds them. */
+int gmlake_record_history(uint64_t max_entries, int stacks, int clear);
 
 /* JSON, to be released with gmlake_free_string. Stats use PyTorch's keys
  * ("allocated_bytes.all.current", ...) plus "gmlake.*"; device -1: all.
@@ -78,6 +97,14 @@ void gmlake_torch_free(void* ptr, ssize_t size, int device, void* stream);
  * for a bad call) and gmlake_last_error() worded as the exception is. */
 int gmlake_torch_try_malloc(ssize_t size, int device, void* stream, void** ptr,
                             int* out_of_memory);
+/* PyTorch's optional hooks on that allocator (set_record_stream_fn,
+ * set_reset_fn, set_memory_fraction_fn): Tensor.record_stream,
+ * torch.cuda.empty_cache, torch.cuda.set_per_process_memory_fraction.
+ * They return nothing, so a failure is printed to stderr; record_stream of
+ * memory gmlake did not hand out is ignored, as PyTorch's allocator does. */
+void gmlake_torch_record_stream(void* ptr, void* stream);
+void gmlake_torch_empty_cache(void);
+void gmlake_torch_set_memory_fraction(double fraction, int device);
 
 #ifdef __cplusplus
 }

@@ -180,6 +180,19 @@ int gmlake_init(const char* conf) {
   return s.ok() ? 0 : Fail(s);
 }
 
+int gmlake_check_conf(const char* conf) {
+  const char* env = std::getenv("GMLAKE_CONF");
+  absl::StatusOr<gmlake::AllocatorOptions> options =
+      gmlake::ParseConf(conf != nullptr ? conf : (env != nullptr ? env : ""));
+  return options.ok() ? 0 : Fail(options.status());
+}
+
+int gmlake_is_initialized(void) {
+  // A forked child's copy of the books is not its own to use.
+  if (gmlake::RefusedAfterFork()) return 0;
+  return gmlake::G().ready.load(std::memory_order_acquire) != nullptr;
+}
+
 void gmlake_shutdown(void) {
   // A forked child leaves the parent's books alone (and its locks).
   if (gmlake::RefusedAfterFork()) return;
@@ -237,6 +250,50 @@ int gmlake_set_capacity(int device, uint64_t bytes) {
 
 void gmlake_reset_peak_stats(void) {
   if (gmlake::Allocator* a = Get()) a->ResetPeaks();
+}
+
+int gmlake_set_memory_fraction(int device, double fraction) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  absl::Status s = a->SetMemoryFraction(device, fraction);
+  return s.ok() ? 0 : Fail(s);
+}
+
+double gmlake_memory_fraction(int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  absl::StatusOr<double> f = a->MemoryFraction(device);
+  if (!f.ok()) {
+    Fail(f.status());
+    return -1;
+  }
+  return *f;
+}
+
+int gmlake_reset_peaks(int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  a->ResetPeaks(device);
+  return 0;
+}
+
+int gmlake_reset_accumulated(int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  a->ResetAccumulated(device);
+  return 0;
+}
+
+int gmlake_record_history(uint64_t max_entries, int stacks, int clear) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  if (stacks < 0 || stacks > 2) {
+    return Fail(absl::InvalidArgumentError(
+        "stacks must be 0 (none), 1 (Python) or 2 (Python and C++)"));
+  }
+  a->RecordHistory(static_cast<size_t>(max_entries),
+                   static_cast<gmlake::StackKind>(stacks), clear != 0);
+  return 0;
 }
 
 char* gmlake_stats_json(int device) {
@@ -300,6 +357,31 @@ void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
   }
   if (gmlake_free(ptr) != 0) {
     std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
+  }
+}
+
+void gmlake_torch_record_stream(void* ptr, void* stream) {
+  // An empty tensor's storage has no memory to protect.
+  if (ptr == nullptr) return;
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return;
+  absl::Status s = a->RecordStream(reinterpret_cast<gmlake::DevicePtr>(ptr),
+                                   reinterpret_cast<uint64_t>(stream));
+  if (s.ok()) return;
+  Fail(s);
+  // Memory gmlake did not hand out (from_blob, DLPack) is not its to guard,
+  // as PyTorch's own allocator ignores what is not its own.
+  if (!absl::IsNotFound(s)) {
+    std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
+  }
+}
+
+void gmlake_torch_empty_cache(void) { gmlake_empty_cache(); }
+
+void gmlake_torch_set_memory_fraction(double fraction, int device) {
+  if (gmlake_set_memory_fraction(device, fraction) != 0) {
+    std::fprintf(stderr, "gmlake: set_per_process_memory_fraction: %s\n",
+                 gmlake_last_error());
   }
 }
 

@@ -7,29 +7,63 @@
 namespace gmlake {
 namespace {
 
-void AddPair(std::string* out, const char* name, const StatPair& p) {
-  absl::StrAppend(out, "\"", name, ".all.current\":", p.current, ",\"", name,
-                  ".all.peak\":", p.peak, ",");
+void AddStat(std::string* out, const char* name, const char* pool,
+             const StatPair& p) {
+  for (const auto& [metric, value] :
+       {std::pair<const char*, int64_t>{"current", p.current},
+        {"peak", p.peak},
+        {"allocated", p.allocated},
+        {"freed", p.freed}}) {
+    absl::StrAppend(out, "\"", name, pool, metric, "\":", value, ",");
+  }
 }
 
-void MergePair(StatPair* a, const StatPair& b) {
-  a->current += b.current;
-  a->peak += b.peak;
+void AddPooled(std::string* out, const char* name, const PooledStat& p) {
+  AddStat(out, name, ".all.", p);
+  AddStat(out, name, ".large_pool.", p.large);
+  AddStat(out, name, ".small_pool.", p.small);
 }
 
 }  // namespace
 
+void StatPair::Merge(const StatPair& o) {
+  current += o.current;
+  peak += o.peak;
+  allocated += o.allocated;
+  freed += o.freed;
+}
+
+void PooledStat::ResetPeak() {
+  StatPair::ResetPeak();
+  large.ResetPeak();
+  small.ResetPeak();
+}
+
+void PooledStat::ResetAccumulated() {
+  StatPair::ResetAccumulated();
+  large.ResetAccumulated();
+  small.ResetAccumulated();
+}
+
+void PooledStat::Merge(const PooledStat& o) {
+  StatPair::Merge(o);
+  large.Merge(o.large);
+  small.Merge(o.small);
+}
+
 void AllocatorStats::Merge(const AllocatorStats& o) {
-  MergePair(&allocated_bytes, o.allocated_bytes);
-  MergePair(&requested_bytes, o.requested_bytes);
-  MergePair(&active_bytes, o.active_bytes);
-  MergePair(&reserved_bytes, o.reserved_bytes);
-  MergePair(&inactive_split_bytes, o.inactive_split_bytes);
-  MergePair(&allocation, o.allocation);
-  MergePair(&segment, o.segment);
-  MergePair(&active, o.active);
+  allocated_bytes.Merge(o.allocated_bytes);
+  requested_bytes.Merge(o.requested_bytes);
+  active_bytes.Merge(o.active_bytes);
+  reserved_bytes.Merge(o.reserved_bytes);
+  inactive_split_bytes.Merge(o.inactive_split_bytes);
+  inactive_split.Merge(o.inactive_split);
+  allocation.Merge(o.allocation);
+  segment.Merge(o.segment);
+  active.Merge(o.active);
   num_alloc_retries += o.num_alloc_retries;
   num_ooms += o.num_ooms;
+  num_sync_all_streams += o.num_sync_all_streams;
   num_mallocs += o.num_mallocs;
   num_frees += o.num_frees;
   stitches += o.stitches;
@@ -46,27 +80,48 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
 }
 
 void AllocatorStats::ResetPeaks() {
-  for (StatPair* p :
-       {&allocated_bytes, &requested_bytes, &active_bytes, &reserved_bytes,
-        &inactive_split_bytes, &allocation, &segment, &active}) {
+  for (PooledStat* p : {&allocated_bytes, &requested_bytes, &active_bytes,
+                        &reserved_bytes, &inactive_split_bytes, &inactive_split,
+                        &allocation, &segment, &active}) {
     p->ResetPeak();
   }
 }
 
+void AllocatorStats::ResetAccumulated() {
+  for (PooledStat* p : {&allocated_bytes, &requested_bytes, &active_bytes,
+                        &reserved_bytes, &inactive_split_bytes, &inactive_split,
+                        &allocation, &segment, &active}) {
+    p->ResetAccumulated();
+  }
+  num_alloc_retries = 0;
+  num_ooms = 0;
+}
+
 std::string AllocatorStats::ToJson() const {
   std::string out = "{";
-  AddPair(&out, "allocated_bytes", allocated_bytes);
-  AddPair(&out, "requested_bytes", requested_bytes);
-  AddPair(&out, "active_bytes", active_bytes);
-  AddPair(&out, "reserved_bytes", reserved_bytes);
-  AddPair(&out, "inactive_split_bytes", inactive_split_bytes);
-  AddPair(&out, "allocation", allocation);
-  AddPair(&out, "segment", segment);
-  AddPair(&out, "active", active);
+  AddPooled(&out, "allocated_bytes", allocated_bytes);
+  AddPooled(&out, "requested_bytes", requested_bytes);
+  AddPooled(&out, "active_bytes", active_bytes);
+  AddPooled(&out, "reserved_bytes", reserved_bytes);
+  AddPooled(&out, "inactive_split_bytes", inactive_split_bytes);
+  AddPooled(&out, "inactive_split", inactive_split);
+  AddPooled(&out, "allocation", allocation);
+  AddPooled(&out, "segment", segment);
+  AddPooled(&out, "active", active);
+  // GMLake never refuses to split a block, so nothing is "oversize" in
+  // PyTorch's sense (max_split_size: -1, no limit, as PyTorch's default).
+  AddStat(&out, "oversize_allocations", ".", StatPair());
+  AddStat(&out, "oversize_segments", ".", StatPair());
   absl::StrAppend(
-      &out, "\"num_alloc_retries\":", num_alloc_retries,
-      ",\"num_ooms\":", num_ooms, ",\"gmlake.mallocs\":", num_mallocs,
-      ",\"gmlake.frees\":", num_frees, ",\"gmlake.stitches\":", stitches,
+      &out, "\"max_split_size\":-1,\"num_alloc_retries\":", num_alloc_retries,
+      ",\"num_ooms\":", num_ooms,
+      ",\"num_sync_all_streams\":", num_sync_all_streams,
+      ",\"num_device_alloc\":",
+      driver_calls.count[static_cast<int>(VmmCall::kMap)],
+      ",\"num_device_free\":",
+      driver_calls.count[static_cast<int>(VmmCall::kUnmap)],
+      ",\"gmlake.mallocs\":", num_mallocs, ",\"gmlake.frees\":", num_frees,
+      ",\"gmlake.stitches\":", stitches,
       ",\"gmlake.stitched_bytes\":", stitched_bytes,
       ",\"gmlake.chunks_stolen\":", chunks_stolen,
       ",\"gmlake.chunks_acquired\":", chunks_acquired,

@@ -13,29 +13,65 @@
 
 namespace gmlake {
 
-// A current value and its peak since the last reset.
+// PyTorch's Stat: a current value, its peak since the last reset of peaks,
+// and the total of increases (allocated) and decreases (freed) since the
+// last reset of accumulated figures.
 struct StatPair {
   int64_t current = 0;
   int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
   void Add(int64_t delta) {
     current += delta;
+    if (delta > 0) {
+      allocated += delta;
+    } else {
+      freed -= delta;
+    }
     if (current > peak) peak = current;
   }
   void ResetPeak() { peak = current; }
+  void ResetAccumulated() { allocated = freed = 0; }
+  // Adds another device's figures (peaks are summed: an upper bound).
+  void Merge(const StatPair& o);
+};
+
+// A statistic PyTorch splits by pool. The inherited figures are the "all"
+// pool; `small` is PyTorch's "small_pool" (requests up to small_size, served
+// from the small arena) and `large` its "large_pool" (the rest).
+struct PooledStat : StatPair {
+  StatPair large;
+  StatPair small;
+  void Add(int64_t delta, bool is_small) {
+    StatPair::Add(delta);
+    (is_small ? small : large).Add(delta);
+  }
+  // Moves `bytes` between the pools; "all" stays as it is.
+  void Shift(int64_t bytes, bool to_small) {
+    (to_small ? large : small).Add(-bytes);
+    (to_small ? small : large).Add(bytes);
+  }
+  void ResetPeak();
+  void ResetAccumulated();
+  void Merge(const PooledStat& o);
 };
 
 struct AllocatorStats {
-  // PyTorch's (torch.cuda.memory_stats(), the "all" pool):
-  StatPair allocated_bytes;  // blocks handed out (512-byte rounded sizes)
-  StatPair requested_bytes;  // what callers asked for
-  StatPair active_bytes;     // allocated + freed but awaiting other streams
-  StatPair reserved_bytes;   // chunks held (mapped or cached unmapped)
-  StatPair inactive_split_bytes;  // free bytes inside mapped segments
-  StatPair allocation;            // live allocations (count)
-  StatPair segment;               // mapped segments (count)
-  StatPair active;                // active blocks (count)
+  // PyTorch's (torch.cuda.memory_stats()):
+  PooledStat allocated_bytes;  // blocks handed out (512-byte rounded sizes)
+  PooledStat requested_bytes;  // what callers asked for
+  PooledStat active_bytes;     // allocated + freed but awaiting other streams
+  // Chunks held. small: those mapped in the small arena; large: the rest
+  // (mapped in the large arena, or held unmapped).
+  PooledStat reserved_bytes;
+  PooledStat inactive_split_bytes;  // free bytes inside mapped segments
+  PooledStat inactive_split;        // free blocks inside mapped segments
+  PooledStat allocation;            // live allocations (count)
+  PooledStat segment;               // mapped segments (count)
+  PooledStat active;                // active blocks (count)
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
+  int64_t num_sync_all_streams = 0;  // waits for every stream of the device
   int64_t num_mallocs = 0;
   int64_t num_frees = 0;
   // GMLake's own:
@@ -62,8 +98,12 @@ struct AllocatorStats {
   // Adds another device's figures (peaks are summed: an upper bound).
   void Merge(const AllocatorStats& o);
   void ResetPeaks();
+  // PyTorch's reset_accumulated_memory_stats: every allocated/freed total,
+  // num_alloc_retries and num_ooms.
+  void ResetAccumulated();
   // One JSON object with PyTorch's flat keys ("allocated_bytes.all.current",
-  // ...) and GMLake's ("gmlake.stitches", "gmlake.driver_calls.map", ...).
+  // "reserved_bytes.small_pool.freed", "num_ooms", ...) and GMLake's
+  // ("gmlake.stitches", "gmlake.driver_calls.map", ...).
   std::string ToJson() const;
 };
 

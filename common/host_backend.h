@@ -66,6 +66,10 @@ class HostBackend : public VmmBackend {
   size_t granularity(int /*device*/) const override {
     return books_.granularity();
   }
+  // The emulated device's size (its capacity).
+  uint64_t device_memory_bytes(int /*device*/) const override {
+    return books_.capacity_bytes();
+  }
 
   // memset/memcpy, after checking that every byte is mapped with access
   // (FailedPrecondition otherwise).

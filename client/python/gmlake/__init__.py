@@ -1,105 +1,112 @@
 # Copyright 2026 The GMLake Authors.
-"""GMLake for PyTorch: libgmlake.so as PyTorch's CUDA allocator, no patching.
+"""GMLake for PyTorch: libgmlake.so as PyTorch's CUDA allocator, no patching
+of PyTorch itself.
+
+Without editing a script:
+
+    gmlake run -- torchrun --nproc_per_node 8 train.py
+    python -m gmlake train.py
+
+or in the script, before the first CUDA call (before torch.cuda.set_device):
 
     import gmlake
-    gmlake.enable()          # before the first CUDA tensor
-    ...
-    gmlake.memory_stats()    # torch.cuda.memory_stats()'s keys, plus gmlake.*
+    gmlake.enable()
 
-libgmlake.so is found through GMLAKE_LIB, else beside this package, else
-bazel-bin/client/. Options: GMLAKE_CONF (docs/tuning.md).
+PyTorch's memory calls then report GMLake's figures (torch.cuda.memory_stats,
+memory_allocated, max_memory_reserved, memory_summary, empty_cache,
+set_per_process_memory_fraction, memory._snapshot, ...); so do the functions
+here. Options: GMLAKE_CONF (docs/tuning.md). libgmlake.so is found through
+GMLAKE_LIB, else in the installed wheel, else in a checkout's bazel-bin.
 """
-import ctypes
-import json
-import os
+__version__ = "0.1.0"
 
-_lib = None
-_path = None
+from . import _lib
+from . import _snapshot
+from . import _torch
+from ._lib import GMLakeError
+from ._lib import library_path
 
-
-def _find_library():
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.environ.get("GMLAKE_LIB", ""),
-                  os.path.join(here, "libgmlake.so"),
-                  os.path.join(here, "..", "..", "..", "bazel-bin", "client", "libgmlake.so")]
-    for c in candidates:
-        if c and os.path.exists(c):
-            return os.path.abspath(c)
-    raise RuntimeError("gmlake: libgmlake.so not found; build it with "
-                       "`bazel build //client:libgmlake.so` or set GMLAKE_LIB")
+__all__ = [
+    "GMLakeError", "enable", "is_enabled", "describe", "memory_stats",
+    "reset_peak_stats", "reset_accumulated_stats", "empty_cache",
+    "set_capacity", "set_memory_fraction", "memory_fraction",
+    "record_memory_history", "memory_snapshot", "dump_snapshot",
+    "library_path",
+]
 
 
-def _load():
-    global _lib, _path
-    if _lib is None:
-        _path = _find_library()
-        lib = ctypes.CDLL(_path)
-        lib.gmlake_stats_json.restype = ctypes.c_void_p
-        lib.gmlake_stats_json.argtypes = [ctypes.c_int]
-        lib.gmlake_snapshot_json.restype = ctypes.c_void_p
-        lib.gmlake_free_string.argtypes = [ctypes.c_void_p]
-        lib.gmlake_last_error.restype = ctypes.c_char_p
-        lib.gmlake_describe.restype = ctypes.c_char_p
-        lib.gmlake_empty_cache.restype = ctypes.c_uint64
-        lib.gmlake_set_capacity.argtypes = [ctypes.c_int, ctypes.c_uint64]
-        _lib = lib
-    return _lib
+def enable(conf=None):
+    """Makes GMLake PyTorch's CUDA allocator and opens the lake.
+
+    Call it before anything initialises CUDA; it raises GMLakeError naming
+    the fix when that already happened, and checks this before opening a
+    lake. A second call with the same options does nothing. `conf`: options
+    as GMLAKE_CONF ("key:value,...", docs/tuning.md); default GMLAKE_CONF.
+    """
+    _torch.enable(conf, open_lake_now=True)
 
 
-def _error():
-    message = _load().gmlake_last_error().decode()
-    return RuntimeError(message if message.startswith("gmlake") else "gmlake: " + message)
-
-
-def _check(rc):
-    if rc != 0:
-        raise _error()
-
-
-def enable():
-    """Makes libgmlake.so PyTorch's CUDA allocator (call before any CUDA tensor)."""
-    import torch
-    lib = _load()
-    _check(lib.gmlake_init(None))
-    # Out of memory raises torch.OutOfMemoryError where the shim can be
-    # built, else a RuntimeError with PyTorch's wording (gmlake/_oom.py).
-    from gmlake import _oom
-    path, malloc_name, free_name = _oom.entry_points(lib, _path, torch)
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_name, free_name)
-    torch.cuda.memory.change_current_allocator(alloc)
+def is_enabled():
+    """Whether GMLake is PyTorch's allocator in this process."""
+    return _torch.is_enabled()
 
 
 def describe():
-    d = _load().gmlake_describe()
+    """Which backend and lake serve this process (None before the first
+    allocation or enable())."""
+    d = _lib.load().gmlake_describe()
     return d.decode() if d else None
 
 
-def _json(ptr):
-    if not ptr:  # never string_at(NULL): that is a segfault
-        raise _error()
-    try:
-        return json.loads(ctypes.string_at(ptr).decode())
-    finally:
-        _load().gmlake_free_string(ptr)
+def memory_stats(device=None):
+    """torch.cuda.memory_stats()'s keys and meanings for `device` (default:
+    PyTorch's current device), plus GMLake's own (gmlake.*)."""
+    return _torch.stats(device)
 
 
-def memory_stats(device=0):
-    """PyTorch's memory_stats() keys ("allocated_bytes.all.peak", ...) and gmlake.*."""
-    return _json(_load().gmlake_stats_json(device))
+def reset_peak_stats(device=None):
+    _torch.reset_peaks(device)
 
 
-def memory_snapshot():
-    """The shape of torch.cuda.memory._snapshot()."""
-    return _json(_load().gmlake_snapshot_json())
-
-
-def set_capacity(nbytes, device=0):
-    _check(_load().gmlake_set_capacity(device, int(nbytes)))
+def reset_accumulated_stats(device=None):
+    _torch.reset_accumulated(device)
 
 
 def empty_cache():
-    return _load().gmlake_empty_cache()
+    """Gives cached free memory back to the lake; returns the bytes."""
+    return _torch.empty_cache()
 
 
-def reset_peak_stats():
-    _load().gmlake_reset_peak_stats()
+def set_capacity(nbytes, device=None):
+    """Caps what this process may hold on `device` (0: no cap)."""
+    _lib.check(_lib.load().gmlake_set_capacity(_torch._device(device),
+                                               int(nbytes)))
+
+
+def set_memory_fraction(fraction, device=None):
+    """The capacity as a fraction (0..1] of the device's memory."""
+    _torch.set_memory_fraction(fraction, device)
+
+
+def memory_fraction(device=None):
+    return _torch.memory_fraction(device)
+
+
+def record_memory_history(enabled="all", context="all", stacks="all",
+                          max_entries=100000, clear_history=False):
+    """Starts (or with enabled=None stops) recording alloc/free/segment
+    events for memory_snapshot()'s device_traces; see
+    torch.cuda.memory._record_memory_history."""
+    _snapshot.record_history(enabled, context, stacks, max_entries,
+                             clear_history)
+
+
+def memory_snapshot():
+    """torch.cuda.memory._snapshot()'s dictionary for GMLake."""
+    return _snapshot.snapshot()
+
+
+def dump_snapshot(path="dump_snapshot.pickle"):
+    """Writes memory_snapshot() as the pickle PyTorch's memory_viz opens
+    (pytorch.org/memory_viz)."""
+    _snapshot.dump(path)

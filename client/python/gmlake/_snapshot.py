@@ -1,0 +1,66 @@
+# Copyright 2026 The GMLake Authors.
+"""Snapshots and history in the shape PyTorch's memory_viz reads."""
+import pickle
+import sys
+
+from . import _lib
+
+# memory_viz (pytorch.org/memory_viz, torch/utils/viz/MemoryViz.js) unpickles
+# in JavaScript and accepts protocols 2 to 4 only.
+VIEWER_PICKLE_PROTOCOL = 4
+
+_STACKS = {None: 0, "python": 1, "all": 2}
+
+
+def snapshot():
+    """torch.cuda.memory._snapshot()'s dictionary: "segments" (every mapped
+    segment of every device, with its blocks) and "device_traces" (one list
+    of events per device, oldest first, while history is recorded)."""
+    return _lib.take_json(_lib.load().gmlake_snapshot_json())
+
+
+def dump(path, snap=None):
+    """Writes `snap` (default: a snapshot now) as the pickle memory_viz opens."""
+    if snap is None:
+        snap = snapshot()
+    with open(path, "wb") as f:
+        pickle.dump(snap, f, protocol=VIEWER_PICKLE_PROTOCOL)
+
+
+def record_history(enabled="all", context="all", stacks="all",
+                   max_entries=sys.maxsize, clear_history=False):
+    """PyTorch's torch.cuda.memory._record_memory_history for GMLake.
+
+    enabled: "all" records every alloc/free/segment event (None stops;
+    "state" stops too: GMLake keeps no stacks for live blocks alone).
+    context: None records no stacks; otherwise every event gets its stack.
+    stacks: "python" (Python frames) or "all" (Python and C++ frames).
+    max_entries: keep the last this many events per device.
+    """
+    if enabled not in (None, "state", "all"):
+        raise ValueError(f"enabled must be None, 'state' or 'all', not {enabled!r}")
+    if context not in (None, "state", "alloc", "all"):
+        raise ValueError(
+            f"context must be None, 'state', 'alloc' or 'all', not {context!r}")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"stacks must be 'python' or 'all', not {stacks!r}")
+    if int(max_entries) < 0:
+        raise ValueError(f"max_entries must not be negative, not {max_entries}")
+    entries = int(max_entries) if enabled == "all" else 0
+    kind = _STACKS[stacks] if context is not None else _STACKS[None]
+    _lib.check(_lib.load().gmlake_record_history(
+        min(entries, 2**64 - 1), kind, 1 if clear_history else 0))
+
+
+def record_history_legacy(enabled, record_context=True,
+                          trace_alloc_max_entries=1,
+                          trace_alloc_record_context=False, device=None,
+                          record_context_cpp=False, clear_history=False,
+                          *unused, **unused_kw):
+    """The boolean form PyTorch still accepts (_record_memory_history(True))."""
+    record_history(
+        "all" if enabled else None,
+        context="all" if (record_context or trace_alloc_record_context) else None,
+        stacks="all" if record_context_cpp else "python",
+        max_entries=trace_alloc_max_entries if enabled else 0,
+        clear_history=clear_history)

@@ -1,0 +1,85 @@
+// Copyright 2026 The GMLake Authors.
+//
+// StackCapture: where an allocation came from, for memory_viz's "frames".
+//
+// C++ frames come from backtrace() and dladdr(); Python frames from the
+// interpreter's C API, found with dlsym in the running process (libgmlake
+// does not link libpython). PyTorch releases the GIL around its ops, so the
+// allocator is called without it: Capture takes it back for the calling
+// thread (PyGILState_Ensure; as PyTorch's own memory history does), walks
+// that thread's frames and lets go. Threads the interpreter never saw (no
+// thread state) get C++ frames only. Frames are interned, so a stack is a
+// small vector of ids and repeated stacks cost nothing more.
+//
+// Thread-safe. Locks: the GIL, then this object's lock. Capture must be
+// called with no allocator lock held: a thread holding the GIL may be
+// waiting for that lock (a tensor freed from Python).
+
+#ifndef GMLAKE_CLIENT_STACK_CAPTURE_H_
+#define GMLAKE_CLIENT_STACK_CAPTURE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/mutex.h"
+
+namespace gmlake {
+
+// What to capture: PyTorch's _record_memory_history(stacks=...).
+enum class StackKind : uint8_t {
+  kNone,    // no frames
+  kPython,  // Python frames
+  kAll,     // Python and C++ frames
+};
+
+struct Frame {
+  std::string filename;
+  std::string name;
+  int line = 0;
+};
+
+class StackCapture {
+ public:
+  static constexpr uint32_t kNoStack = ~uint32_t{0};
+
+  StackCapture();
+  ~StackCapture();
+  StackCapture(const StackCapture&) = delete;
+  StackCapture& operator=(const StackCapture&) = delete;
+
+  // The calling thread's stack, innermost frame first (as PyTorch lists
+  // them): C++ frames (kAll), then the thread's Python frames. kNoStack for
+  // kNone or when nothing was found.
+  uint32_t Capture(StackKind kind);
+  // The frames of a stack Capture returned.
+  std::vector<Frame> Frames(uint32_t stack) const;
+  // Whether Python frames can be had in this process at all.
+  bool has_python() const;
+
+ private:
+  uint32_t Intern(Frame f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InternNative(void* const* pcs, int n, std::vector<uint32_t>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With the GIL held.
+  void InternPython(std::vector<uint32_t>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t InternStack(std::vector<uint32_t> ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable Mutex mu_;
+  std::vector<Frame> frames_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> frame_ids_ ABSL_GUARDED_BY(mu_);
+  // Native return address -> frame id.
+  absl::flat_hash_map<uintptr_t, uint32_t> native_ ABSL_GUARDED_BY(mu_);
+  // Python code object (a reference kept, so the address stays its own) ->
+  // its file and function, as a frame without a line.
+  absl::flat_hash_map<void*, Frame> code_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint32_t>> stacks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> stack_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_STACK_CAPTURE_H_

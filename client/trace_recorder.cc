@@ -1,0 +1,152 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/trace_recorder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace gmlake {
+
+const char* TraceActionName(TraceAction action) {
+  switch (action) {
+    case TraceAction::kAlloc:
+      return "alloc";
+    case TraceAction::kFreeRequested:
+      return "free_requested";
+    case TraceAction::kFreeCompleted:
+      return "free_completed";
+    case TraceAction::kSegmentMap:
+      return "segment_map";
+    case TraceAction::kSegmentUnmap:
+      return "segment_unmap";
+    case TraceAction::kOom:
+      return "oom";
+  }
+  return "unknown";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+namespace {
+// The stack of the allocator call this thread is in (CallScope).
+thread_local uint32_t current_stack = StackCapture::kNoStack;
+}  // namespace
+
+TraceRecorder::CallScope::CallScope(TraceRecorder* recorder) {
+  if (!recorder->on()) return;
+  active_ = true;
+  outer_ = current_stack;
+  current_stack = recorder->capture_.Capture(
+      recorder->stacks_.load(std::memory_order_relaxed));
+}
+
+TraceRecorder::CallScope::~CallScope() {
+  if (active_) current_stack = outer_;
+}
+
+void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
+                              bool clear) {
+  MutexLock lock(&mu_);
+  std::vector<TraceEntry> kept;
+  if (!clear) kept = EntriesLocked();
+  if (kept.size() > max_entries) {
+    kept.erase(kept.begin(), kept.end() - max_entries);
+  }
+  ring_ = std::move(kept);
+  next_ = 0;
+  max_entries_ = max_entries;
+  stacks_.store(stacks, std::memory_order_relaxed);
+  on_.store(max_entries != 0, std::memory_order_relaxed);
+}
+
+void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
+                           StreamHandle stream, uint64_t device_free) {
+  MutexLock lock(&mu_);
+  if (max_entries_ == 0) return;
+  TraceEntry e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  e.stream = stream;
+  e.time_us = absl::ToUnixMicros(absl::Now());
+  e.device_free = device_free;
+  e.stack = current_stack;
+  if (ring_.size() < max_entries_) {
+    ring_.push_back(e);
+  } else {
+    ring_[next_] = e;
+    next_ = (next_ + 1) % max_entries_;
+  }
+}
+
+std::vector<TraceEntry> TraceRecorder::EntriesLocked() const {
+  std::vector<TraceEntry> out(ring_.begin() + next_, ring_.end());
+  out.insert(out.end(), ring_.begin(), ring_.begin() + next_);
+  return out;
+}
+
+std::vector<TraceEntry> TraceRecorder::Entries() const {
+  MutexLock lock(&mu_);
+  return EntriesLocked();
+}
+
+std::string TraceRecorder::ToJson() const {
+  MutexLock lock(&mu_);
+  std::string out = "[";
+  bool first = true;
+  for (const TraceEntry& e : EntriesLocked()) {
+    absl::StrAppend(&out, first ? "" : ",", "{\"action\":\"",
+                    TraceActionName(e.action), "\",\"addr\":", e.addr,
+                    ",\"size\":", e.size, ",\"stream\":", e.stream,
+                    ",\"time_us\":", e.time_us);
+    if (e.action == TraceAction::kOom) {
+      absl::StrAppend(&out, ",\"device_free\":", e.device_free);
+    }
+    absl::StrAppend(&out, ",\"frames\":[");
+    bool first_frame = true;
+    for (const Frame& f : capture_.Frames(e.stack)) {
+      absl::StrAppend(&out, first_frame ? "" : ",",
+                      "{\"filename\":", JsonString(f.filename),
+                      ",\"line\":", f.line, ",\"name\":", JsonString(f.name),
+                      "}");
+      first_frame = false;
+    }
+    absl::StrAppend(&out, "]}");
+    first = false;
+  }
+  absl::StrAppend(&out, "]");
+  return out;
+}
+
+}  // namespace gmlake

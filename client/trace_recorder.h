@@ -1,0 +1,102 @@
+// Copyright 2026 The GMLake Authors.
+//
+// TraceRecorder: a device's allocator history, for PyTorch's memory_viz
+// (torch.cuda.memory._record_memory_history, _snapshot()["device_traces"]).
+//
+// Off by default, and then the allocator pays one relaxed atomic load per
+// call (on()). When on, each event is kept in a ring of max_entries, with the
+// time and, when asked, the stack of the allocator call that caused it
+// (stack_capture.h): a CallScope at the top of each allocator entry point
+// captures it before any lock is taken, and every event recorded on that
+// thread until the scope ends carries it. The recorder has a lock of its
+// own: the allocator records under its lock, and the snapshot reads the ring
+// without it.
+
+#ifndef GMLAKE_CLIENT_TRACE_RECORDER_H_
+#define GMLAKE_CLIENT_TRACE_RECORDER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/stack_capture.h"
+#include "common/mutex.h"
+#include "common/vmm.h"
+
+namespace gmlake {
+
+// PyTorch's TraceEntry actions that GMLake produces. Mapping pages into an
+// arena is a "segment_map" (as PyTorch's expandable segments): a mapping
+// next to mapped pages joins their segment.
+enum class TraceAction : uint8_t {
+  kAlloc,          // a block handed out
+  kFreeRequested,  // freed by the caller
+  kFreeCompleted,  // reusable (other streams' work on it has finished)
+  kSegmentMap,     // pages mapped (slow path)
+  kSegmentUnmap,   // pages unmapped (stitched elsewhere, or given back)
+  kOom,            // a request that failed
+};
+
+const char* TraceActionName(TraceAction action);
+
+struct TraceEntry {
+  TraceAction action = TraceAction::kAlloc;
+  DevicePtr addr = 0;
+  uint64_t size = 0;
+  StreamHandle stream = 0;
+  int64_t time_us = 0;       // microseconds since the epoch
+  uint64_t device_free = 0;  // kOom: what the lake could still give
+  uint32_t stack = StackCapture::kNoStack;
+};
+
+class TraceRecorder {
+ public:
+  // Captures the calling thread's stack for the events recorded on it while
+  // the scope lives. Only at an entry point, with no allocator lock held.
+  class CallScope {
+   public:
+    explicit CallScope(TraceRecorder* recorder);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    bool active_ = false;
+    uint32_t outer_ = StackCapture::kNoStack;
+  };
+
+  // Starts recording the last `max_entries` events (0 stops), with stacks
+  // of `stacks` kind; `clear` drops what was recorded so far.
+  void Configure(size_t max_entries, StackKind stacks, bool clear);
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+
+  void Record(TraceAction action, DevicePtr addr, uint64_t size,
+              StreamHandle stream, uint64_t device_free = 0);
+
+  // The events, oldest first, as a JSON array of PyTorch's TraceEntry
+  // objects ({"action", "addr", "size", "stream", "time_us", "frames",
+  // "device_free" for an oom}).
+  std::string ToJson() const;
+  // The events, oldest first.
+  std::vector<TraceEntry> Entries() const;
+
+ private:
+  std::vector<TraceEntry> EntriesLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::atomic<bool> on_{false};
+  std::atomic<StackKind> stacks_{StackKind::kNone};
+  StackCapture capture_;
+  mutable Mutex mu_;
+  size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<TraceEntry> ring_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // where the next entry goes
+};
+
+// `s` as a JSON string literal, quotes included.
+std::string JsonString(const std::string& s);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_TRACE_RECORDER_H_

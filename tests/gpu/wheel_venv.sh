@@ -1,0 +1,27 @@
+# Copyright 2026 The GMLake Authors.
+#
+# Sourced by the GPU scripts: a fresh venv outside the checkout, with the
+# system's site-packages (PyTorch 2.11 is installed there) and the wheel from
+# .gpu/wheel (tests/gpu/bundle_python.sh). Sets VENV, PY, GMLAKE_BIN and
+# WORKLOADS (the workload scripts, copied outside the checkout too), and
+# unsets everything that could find gmlake elsewhere.
+root="$(pwd)"
+wheel="$(ls "${root}"/.gpu/wheel/gmlake-*.whl 2>/dev/null | head -1)"
+if [[ -z "${wheel}" ]]; then
+  echo "no wheel in .gpu/wheel: run tests/gpu/bundle_python.sh here first" >&2
+  exit 2
+fi
+VENV="${VENV:-$(mktemp -d /tmp/gmlake-venv.XXXXXX)}"
+if [[ ! -x "${VENV}/bin/python" ]]; then
+  python3 -m venv --system-site-packages "${VENV}"
+fi
+"${VENV}/bin/pip" install --no-index --no-deps --force-reinstall --quiet "${wheel}"
+unset GMLAKE_LIB GMLAKE_ENABLE PYTHONPATH LD_LIBRARY_PATH
+PY="${VENV}/bin/python"
+GMLAKE_BIN="${VENV}/bin"
+WORKLOADS="$(mktemp -d /tmp/gmlake-workloads.XXXXXX)"
+cp "${root}"/.gpu/workloads/*.py "${WORKLOADS}/"
+cp "${root}"/tests/gpu/torch_memory_calls.py "${root}"/client/python/viz_check.py \
+  "${WORKLOADS}/"
+export PATH="${VENV}/bin:${PATH}"
+echo "venv ${VENV}: $("${PY}" -c 'import gmlake, torch; print("gmlake", gmlake.__version__, "from", gmlake.__file__, "| torch", torch.__version__)')"
