@@ -600,6 +600,44 @@ TEST_F(AllocatorTest, StitchingOnOneStreamNeverWaitsForTheGpu) {
   EXPECT_EQ(lake_->held_bytes(0), 0u);
 }
 
+// Dormant pages beyond the bound are unmapped only once every stream the
+// device has seen is past them: a fence of events, queried, never waited
+// for. Memory used on a second stream without record_stream (FSDP2's
+// gradients read by the optimizer) is safe from an unmap under a kernel.
+TEST_F(AllocatorTest, DormantPagesAreUnmappedOnlyPastEveryStream) {
+  Make(32 * kChunk, "max_chunk:2MiB,grow_slack:0,max_dormant:2MiB");
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/1));
+  // Stream 2 exists too (it could be using stream 1's memory).
+  const DevicePtr on_two = MustMalloc(4096, /*stream=*/2);
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  host_->set_event_delay(absl::Milliseconds(300));
+  std::vector<DevicePtr> more{on_two};
+  more.push_back(MustMalloc(4 * kChunk, 1));  // 4 chunks go dormant
+  EXPECT_EQ(allocator_->stats(0).dormant_chunks, 4);
+  const VmmCallSnapshot before = host_->call_stats();
+  // Over the bound (one chunk): the next slow path records the fence on
+  // both streams, the one after finds it not passed yet. Nothing is
+  // unmapped, and nobody waits.
+  more.push_back(MustMalloc(3 * kChunk, 1));
+  more.push_back(MustMalloc(3 * kChunk, 1));
+  VmmCallSnapshot d = host_->call_stats() - before;
+  EXPECT_EQ(d.Count(VmmCall::kUnmap), 0u);
+  EXPECT_EQ(d.Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(d.Count(VmmCall::kEventRecord), 2u) << "one event per stream";
+  EXPECT_EQ(allocator_->stats(0).dormant_chunks, 4);
+  // Once both streams are past the fence, the next slow path unmaps them.
+  absl::SleepFor(absl::Milliseconds(350));
+  more.push_back(MustMalloc(3 * kChunk, 1));
+  d = host_->call_stats() - before;
+  EXPECT_EQ(d.Count(VmmCall::kUnmap), 4u);
+  EXPECT_EQ(d.Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(allocator_->stats(0).dormant_chunks, 0);
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());
+}
+
 // Memory last used on another stream is handed over on the device: the
 // requesting stream waits for the other's work, the host does not.
 TEST_F(AllocatorTest, StitchingAcrossStreamsWaitsOnTheDeviceNotTheHost) {

@@ -40,8 +40,7 @@ DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
 DeviceAllocator::~DeviceAllocator() {
   MutexLock lock(&mu_);
   while (slow_paths_ > 0) slow_path_done_.Wait(&mu_);
-  SettleAll(&AllocatorStats::reclaim_waits).IgnoreError();
-  UnmapDormant(&AllocatorStats::reclaim_waits);
+  if (SettleAll(&AllocatorStats::reclaim_waits).ok()) UnmapDormant(true);
   std::vector<SizedChunk> chunks = std::move(cached_);
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& arena : *arenas) {
@@ -56,6 +55,7 @@ DeviceAllocator::~DeviceAllocator() {
     }
   }
   if (!chunks.empty()) source_->ReturnSized(device_, chunks);
+  for (EventHandle e : fence_events_) backend_->DestroyEvent(e).IgnoreError();
   for (EventHandle e : idle_events_) backend_->DestroyEvent(e).IgnoreError();
 }
 
@@ -363,6 +363,7 @@ absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
 absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
   ++stats_.num_sync_all_streams;
   const uint64_t seq = free_seq_;
+  const uint64_t gen = next_gen_ - 1;
   std::vector<StreamHandle> streams;
   for (auto& p : pools_) {
     if (std::find(streams.begin(), streams.end(), p->stream) == streams.end()) {
@@ -376,7 +377,10 @@ absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
   }
   absl::Status s =
       Settle(std::move(streams), std::move(pending_events), counter);
-  if (s.ok()) settled_seq_ = std::max(settled_seq_, seq);
+  if (s.ok()) {
+    settled_seq_ = std::max(settled_seq_, seq);
+    done_gen_ = std::max(done_gen_, gen);
+  }
   return s;
 }
 
@@ -403,74 +407,71 @@ void DeviceAllocator::MergeSettledNeighbours() {
   }
 }
 
-uint64_t DeviceAllocator::NewGeneration(std::vector<EventHandle> events) {
-  const uint64_t gen = next_gen_++;
-  generations_.push_back({gen, std::move(events)});
-  return gen;
-}
-
-void DeviceAllocator::QueryGenerations() {
-  std::vector<Generation> work(generations_.begin(), generations_.end());
-  if (work.empty()) return;
+bool DeviceAllocator::PassFence() {
+  if (fence_busy_) return false;
+  fence_busy_ = true;
+  std::vector<EventHandle> events;
+  uint64_t gen = fence_gen_;
+  const bool recorded = !fence_events_.empty();
+  std::vector<StreamHandle> streams;
+  if (recorded) {
+    events = fence_events_;
+  } else {
+    for (auto& p : pools_) {
+      if (std::find(streams.begin(), streams.end(), p->stream) ==
+          streams.end()) {
+        streams.push_back(p->stream);
+      }
+    }
+    events = TakeIdleEvents(streams.size());
+    gen = next_gen_ - 1;
+  }
+  bool passed = false;
   mu_.Unlock();
-  size_t done = 0;
-  for (; done < work.size(); ++done) {
-    bool finished = true;
-    for (EventHandle e : work[done].events) {
-      absl::StatusOr<bool> q = backend_->QueryEvent(e);
-      if (!q.ok() || !*q) {
-        finished = false;
+  if (recorded) {
+    passed = true;
+    for (EventHandle e : events) {
+      absl::StatusOr<bool> done = backend_->QueryEvent(e);
+      if (!done.ok() || !*done) {
+        passed = false;
         break;
       }
     }
-    if (!finished) break;
+  } else if (!RecordOn(streams, &events).ok()) {
+    events.resize(std::min(events.size(), streams.size()));
+    streams.clear();  // not recorded: nothing to wait for
   }
   mu_.Lock();
-  // Another thread may have advanced meanwhile: retire what is still here.
-  for (size_t i = 0; i < done; ++i) {
-    if (generations_.empty() || generations_.front().gen > work[i].gen) {
-      continue;
+  fence_busy_ = false;
+  if (!recorded) {
+    if (streams.empty()) {
+      idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+    } else {
+      fence_events_ = std::move(events);
+      fence_gen_ = gen;
     }
-    done_gen_ = std::max(done_gen_, generations_.front().gen);
-    idle_events_.insert(idle_events_.end(), generations_.front().events.begin(),
-                        generations_.front().events.end());
-    generations_.pop_front();
+    return false;
   }
+  if (!passed) return false;
+  done_gen_ = std::max(done_gen_, fence_gen_);
+  idle_events_.insert(idle_events_.end(), fence_events_.begin(),
+                      fence_events_.end());
+  fence_events_.clear();
+  return true;
 }
 
-void DeviceAllocator::UnmapDormant(WaitCounter counter) {
+void DeviceAllocator::UnmapDormant(bool settled) {
   if (dormant_pages_ == 0) return;
-  const bool all = counter != nullptr;
-  // Dormant pages cost address space and, on the host backend, a mapping
-  // each; keep at most about as many as are mapped in segments.
-  const size_t bound =
-      static_cast<size_t>(stats_.reserved_bytes.current / page_size_) + 1024;
-  if (!all && dormant_pages_ <= bound) return;
-  int64_t waits = 0;
-  if (all) {
-    std::vector<EventHandle> events;
-    for (const Generation& g : generations_) {
-      events.insert(events.end(), g.events.begin(), g.events.end());
-    }
-    const uint64_t last = next_gen_ - 1;
-    ++slow_paths_;
-    mu_.Unlock();
-    for (EventHandle e : events) {
-      ++waits;
-      backend_->SyncEvent(e).IgnoreError();
-    }
-    mu_.Lock();
-    --slow_paths_;
-    stats_.*counter += waits;
-    while (!generations_.empty() && generations_.front().gen <= last) {
-      idle_events_.insert(idle_events_.end(),
-                          generations_.front().events.begin(),
-                          generations_.front().events.end());
-      generations_.pop_front();
-    }
-    done_gen_ = std::max(done_gen_, last);
-  } else {
-    QueryGenerations();
+  if (!settled) {
+    // Dormant pages cost address space and, on the host backend, a mapping
+    // each; keep at most about as many as are mapped in segments.
+    const uint64_t limit =
+        options_.max_dormant != 0
+            ? options_.max_dormant
+            : static_cast<uint64_t>(stats_.reserved_bytes.current) +
+                  (uint64_t{2} << 30);
+    const size_t bound = static_cast<size_t>(limit / page_size_);
+    if (dormant_pages_ <= bound || !PassFence()) return;
   }
   // Take the runs of unmappable dormant chunks out of the books, in flight.
   struct Run {
@@ -630,7 +631,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
       RecordMapped(d.arena, d.first_page, d.chunks);
       AdoptPages(d.arena, d.first_page, PagesOf(d.chunks, page_size_), d.pool);
     }
-    RecordDormant(arena, first, chunks, /*gen=*/0);
+    RecordDormant(arena, first, chunks, next_gen_++);
     dormant_pages_ += end - first;
     for (const SizedChunk& c : chunks) ++dormant_count_[c.handle];
     stats_.dormant_chunks += static_cast<int64_t>(chunks.size());
@@ -805,7 +806,7 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
 absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   // Another thread can leave the books other than planned while the lock
   // is down (it never takes what is in flight); then plan again.
-  UnmapDormant(nullptr);
+  UnmapDormant(/*settled=*/false);
   bool lake_refused = false;
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (Block* b = TakeFromOtherStream(pool, size)) return b;
@@ -1021,7 +1022,7 @@ void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen,
     d.arena->in_flight.erase(d.first_page);
     if (d.taken && events != nullptr) {
       // Still mapped here: dormant, until reactivated or unmapped.
-      if (gen == 0) gen = NewGeneration(std::move(*events));
+      if (gen == 0) gen = next_gen_++;
       RecordDormant(d.arena, d.first_page, d.chunks, gen);
       dormant_pages_ += pages;
       for (const SizedChunk& c : d.chunks) ++dormant_count_[c.handle];
@@ -1036,10 +1037,11 @@ void DeviceAllocator::FinishSteals(std::vector<Detached>* stolen,
     AdoptPages(d.arena, d.first_page, pages, d.pool);
     stats_.chunks_stolen -= static_cast<int64_t>(pages);
   }
-  if (events != nullptr && gen == 0) {
+  // The hand-over's device-side waits are queued: the events may be reused.
+  if (events != nullptr) {
     idle_events_.insert(idle_events_.end(), events->begin(), events->end());
+    events->clear();
   }
-  if (events != nullptr) events->clear();
 }
 
 std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
@@ -1181,8 +1183,8 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   if (SettleAll(&AllocatorStats::reclaim_waits).ok()) {
     ProcessPending();
     MergeSettledNeighbours();
+    UnmapDormant(/*settled=*/true);
   }
-  UnmapDormant(&AllocatorStats::reclaim_waits);
   const size_t want = (bytes + page_size_ - 1) / page_size_;
   std::vector<SizedChunk> chunks = TakeCached(want);
   size_t have = PagesOf(chunks, page_size_);

@@ -139,17 +139,16 @@ class DeviceAllocator {
   // completed SettleAll, become one, so chunks they share can be stitched
   // or returned.
   void MergeSettledNeighbours() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps dormant chunks. With `counter`: all of them, first waiting for
-  // the work that may still use them (counting the waits there). Without:
-  // only those whose generation has completed, and only while more pages
-  // are dormant than the bound. Releases mu_ for the calls.
-  void UnmapDormant(WaitCounter counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Advances done_gen_ over the generations whose events have completed
-  // (queries only). Releases mu_ for the queries.
-  void QueryGenerations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new generation of dormant pages whose last users are `events`.
-  uint64_t NewGeneration(std::vector<EventHandle> events)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps dormant chunks whose last users have finished: all of those
+  // dormant before the last completed SettleAll when `settled` (the caller
+  // just settled), else, only while more pages are dormant than the bound,
+  // those older than the last fence passed. Releases mu_ for the calls.
+  void UnmapDormant(bool settled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The fence: events recorded on every stream this device has seen. The
+  // first call records it; later calls query it (the host never waits) and
+  // return true once it has completed, advancing done_gen_ over every
+  // generation that was dormant when it was recorded. Releases mu_.
+  bool PassFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Serves `size` for `pool` from a dormant window: chunks free elsewhere
   // but still mapped side by side here, from an earlier stitch. Books and
   // events only, no map call; their free pages elsewhere go dormant. Null
@@ -184,13 +183,6 @@ class DeviceAllocator {
     // The chunks went to the caller (unmapped here by a reclaim; by a stitch
     // still mapped here, to be unmapped when retired).
     bool taken = false;
-  };
-  // Pages go dormant in generations, one per slow path; a generation's
-  // events, recorded on the streams that used its pages last, say when
-  // they may be unmapped.
-  struct Generation {
-    uint64_t gen = 0;
-    std::vector<EventHandle> events;
   };
 
   // A free block of at least `size` bytes for `pool`, out of the index.
@@ -266,9 +258,14 @@ class DeviceAllocator {
   };
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
-  std::deque<Generation> generations_ ABSL_GUARDED_BY(mu_);  // not done
+  // Pages go dormant in generations, one per slow path. Every generation
+  // up to done_gen_ is no longer in use on any stream the device has seen
+  // (a SettleAll or a fence completed after it).
   uint64_t next_gen_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t done_gen_ ABSL_GUARDED_BY(mu_) = 0;  // all up to it completed
+  uint64_t done_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<EventHandle> fence_events_ ABSL_GUARDED_BY(mu_);
+  uint64_t fence_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fence_busy_ ABSL_GUARDED_BY(mu_) = false;
   // Dormant mappings per chunk: a chunk leaves the process only with none.
   absl::flat_hash_map<ChunkHandle, uint32_t> dormant_count_
       ABSL_GUARDED_BY(mu_);

@@ -88,6 +88,7 @@ const std::map<std::string, Setter>& Setters() {
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
+      {"max_dormant", Bytes(&AllocatorOptions::max_dormant)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},

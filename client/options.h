@@ -54,6 +54,12 @@ struct AllocatorOptions {
   // H200); a little slack lets the sizes of a training step settle with far
   // fewer stitches (docs/design.md). 0: stitch whenever free chunks exist.
   double grow_slack = 0.005;
+  // max_dormant: stitched chunks stay mapped where they were taken from
+  // (dormant), so the shape they had comes back with no driver call. Once
+  // more bytes are dormant than this, those no stream uses any more are
+  // unmapped (docs/design.md, "Dormant mappings"). 0: what is reserved
+  // plus 2 GiB.
+  uint64_t max_dormant = 0;
   // large_arena / small_arena: virtual address space reserved per device
   // for each kind of request (more is reserved when it runs out).
   uint64_t large_arena = uint64_t{512} << 30;
