@@ -1294,6 +1294,7 @@ std::string DeviceAllocator::SegmentsJson() const {
 absl::Status DeviceAllocator::CheckInvariants() const {
   MutexLock lock(&mu_);
   int64_t allocated = 0, free_bytes = 0, mapped_pages = 0, live = 0;
+  size_t dormant_pages = 0;
   int64_t small_mapped_pages = 0;
   size_t free_blocks = 0;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
@@ -1348,6 +1349,14 @@ absl::Status DeviceAllocator::CheckInvariants() const {
         if ((a->chunk[p] == 0) != (a->seg[p] == nullptr)) {
           return absl::InternalError("page tables disagree");
         }
+        if (a->dormant[p] != 0) {
+          ++dormant_pages;
+          // A dormant chunk is mapped here outside every segment.
+          if (a->chunk[p] != 0 || a->InFlight(p)) {
+            return absl::InternalError(absl::StrCat(
+                "dormant page ", p, " is also mapped or in flight"));
+          }
+        }
         if (a->chunk[p] == 0) continue;
         const size_t start = a->chunk_start[p];
         if (start > p || start + a->chunk_pages[start] <= p ||
@@ -1357,6 +1366,10 @@ absl::Status DeviceAllocator::CheckInvariants() const {
         }
       }
     }
+  }
+  if (dormant_pages != dormant_pages_) {
+    return absl::InternalError(absl::StrCat(dormant_pages, " pages dormant, ",
+                                            dormant_pages_, " counted"));
   }
   size_t indexed = 0;
   for (const auto& p : pools_) indexed += p->free.count();
