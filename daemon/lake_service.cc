@@ -293,17 +293,31 @@ grpc::Status LakeService::CloseSession(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::Status(grpc::ServerContext* /*context*/,
+Caller LakeService::CallerOf(const grpc::ServerContextBase& context) const {
+  if (peers_ == nullptr) return std::nullopt;
+  return peers_->Lookup(context.peer());
+}
+
+grpc::Status LakeService::Status(grpc::ServerContext* context,
                                  const v1::StatusRequest* /*request*/,
                                  v1::StatusResponse* response) {
   lake_->FillStatus(response);
   response->set_protocol_version(ProtocolVersion());
+  access_.ShowTo(CallerOf(*context), response);
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::Trim(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::Trim(grpc::ServerContext* context,
                                const v1::TrimRequest* request,
                                v1::TrimResponse* response) {
+  const Caller caller = CallerOf(*context);
+  if (absl::Status s = access_.MayTrim(caller); !s.ok()) {
+    Logf("refused a trim from %s",
+         caller.has_value()
+             ? absl::StrFormat("uid %d (pid %d)", caller->uid, caller->pid)
+             : std::string("an unknown caller"));
+    return ToGrpc(s);
+  }
   const int devices = static_cast<int>(lake_->options().devices.size());
   if (request->device() < -1 || request->device() >= devices) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(

@@ -8,9 +8,13 @@
 #ifndef GMLAKE_DAEMON_LAKE_SERVICE_H_
 #define GMLAKE_DAEMON_LAKE_SERVICE_H_
 
+#include <unistd.h>
+
 #include <string>
 
+#include "daemon/grpc_peer_credentials.h"
 #include "daemon/lake.h"
+#include "daemon/operator_access.h"
 #include "proto/gmlake.grpc.pb.h"
 
 namespace gmlake {
@@ -18,8 +22,13 @@ namespace gmlake {
 class LakeService final
     : public v1::Lake::WithCallbackMethod_Watch<v1::Lake::Service> {
  public:
-  // `lake` must outlive the service.
-  explicit LakeService(Lake* lake) : lake_(lake) {}
+  // `lake` must outlive the service, and so must `peers`, where the
+  // daemon's GrpcUnixAcceptor records who is at the other end of each
+  // connection (null: every caller is unknown, so nobody may Trim).
+  // `daemon_uid` may Trim and see every session, as root may.
+  explicit LakeService(Lake* lake, const GrpcPeerCredentials* peers = nullptr,
+                       uid_t daemon_uid = ::geteuid())
+      : lake_(lake), peers_(peers), access_(daemon_uid) {}
 
   grpc::Status OpenSession(grpc::ServerContext* context,
                            const v1::OpenSessionRequest* request,
@@ -46,8 +55,13 @@ class LakeService final
                     const v1::TrimRequest* request,
                     v1::TrimResponse* response) override;
 
+  // Who made the call on `context` (see grpc_peer_credentials.h).
+  Caller CallerOf(const grpc::ServerContextBase& context) const;
+
  private:
   Lake* const lake_;
+  const GrpcPeerCredentials* const peers_;
+  const OperatorAccess access_;
 };
 
 }  // namespace gmlake
