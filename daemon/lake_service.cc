@@ -273,8 +273,9 @@ grpc::Status LakeService::Return(grpc::ServerContext* /*context*/,
 grpc::Status LakeService::ReportUsage(grpc::ServerContext* /*context*/,
                                       const v1::ReportUsageRequest* request,
                                       v1::ReportUsageResponse* /*response*/) {
-  return ToGrpc(lake_->ReportUsage(request->session_id(), request->token(),
-                                   ToReports(request->usage())));
+  return ToGrpc(lake_->ReportUsage(
+      request->session_id(), request->token(), ToReports(request->usage()),
+      /*answers_pressure=*/!request->unsolicited()));
 }
 
 grpc::ServerWriteReactor<v1::PressureRequest>* LakeService::Watch(
