@@ -422,7 +422,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
   }
 
   GrpcPeerCredentials grpc_peers;
-  LakeService service(lake->get(), &grpc_peers);
+  LakeService service(lake->get(), LakeService::ByConnection(&grpc_peers));
   // The standard health service (grpc.health.v1) beside the lake's, for
   // probes: `gmlakectl health`.
   grpc::EnableDefaultHealthCheckService(true);

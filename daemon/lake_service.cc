@@ -295,8 +295,8 @@ grpc::Status LakeService::CloseSession(grpc::ServerContext* /*context*/,
 }
 
 Caller LakeService::CallerOf(const grpc::ServerContextBase& context) const {
-  if (peers_ == nullptr) return std::nullopt;
-  return peers_->Lookup(context.peer());
+  if (!identify_) return std::nullopt;
+  return identify_(context);
 }
 
 grpc::Status LakeService::Status(grpc::ServerContext* context,
