@@ -34,9 +34,16 @@ Allocator::Allocator(ChunkSource* source, const AllocatorOptions& options)
     if (device < 0 || device >= device_count()) return 0;
     return devices_[device]->Reclaim(bytes);
   });
+  source_->SetUsageProvider([this](int device) {
+    if (device < 0 || device >= device_count()) {
+      return ChunkSource::AllocatorUsage{};
+    }
+    return devices_[device]->usage();
+  });
 }
 
 Allocator::~Allocator() {
+  source_->SetUsageProvider(nullptr);
   source_->SetReclaimHandler(nullptr);
   devices_.clear();
 }

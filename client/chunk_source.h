@@ -74,6 +74,21 @@ class ChunkSource {
   // many bytes it returned. The source may call it from any thread.
   using ReclaimHandler = std::function<uint64_t(int device, uint64_t bytes)>;
   virtual void SetReclaimHandler(ReclaimHandler handler) = 0;
+
+  // What the allocator does with the chunks it holds on a device: bytes in
+  // live allocations, and bytes held but free (it could give them back).
+  struct AllocatorUsage {
+    uint64_t used_bytes = 0;
+    uint64_t cached_bytes = 0;
+  };
+  using UsageProvider = std::function<AllocatorUsage(int device)>;
+  // Where the source reads the allocator's usage, for a shared lake that
+  // asks the process with the most cache first. The source calls it from
+  // its own threads only (never inside a call the allocator made into the
+  // source, which may hold the allocator's lock), so it may take the
+  // allocator's lock. Setting another (or null) waits for a call in
+  // progress. The default ignores it: a lake of its own needs no figures.
+  virtual void SetUsageProvider(UsageProvider provider) {}
 };
 
 }  // namespace gmlake

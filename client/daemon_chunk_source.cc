@@ -118,6 +118,10 @@ absl::StatusOr<std::unique_ptr<DaemonChunkSource>> DaemonChunkSource::Connect(
   if (absl::Status s = src->Open(); !s.ok()) return s;
   if (absl::Status s = src->Bind(); !s.ok()) return s;
   if (absl::Status s = src->StartWatch(); !s.ok()) return s;
+  if (options.usage_report_interval > absl::ZeroDuration()) {
+    DaemonChunkSource* p = src.get();
+    src->report_thread_ = std::thread([p] { p->ReportLoop(); });
+  }
   return src;
 }
 
@@ -356,8 +360,70 @@ void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
     // sent straight back, past the watermark).
     pressure_bytes_returned_.fetch_add(given_back_bytes_.load() - before);
   }
-  // The report tells the daemon this request has been answered.
+  // The report tells the daemon this request has been answered, with the
+  // allocator's figures as they are now.
+  PollUsage();
   SendUsage().IgnoreError();
+}
+
+void DaemonChunkSource::SetUsageProvider(UsageProvider provider) {
+  MutexLock l(&provider_mu_);
+  provider_ = std::move(provider);
+}
+
+void DaemonChunkSource::PollUsage() {
+  size_t n;
+  {
+    MutexLock l(&mu_);
+    n = devices_.size();
+  }
+  std::vector<AllocatorUsage> got;
+  {
+    MutexLock l(&provider_mu_);
+    if (!provider_) return;
+    for (size_t d = 0; d < n; ++d)
+      got.push_back(provider_(static_cast<int>(d)));
+  }
+  for (size_t d = 0; d < got.size(); ++d) {
+    NoteUsage(static_cast<int>(d), got[d].used_bytes, got[d].cached_bytes);
+  }
+}
+
+bool DaemonChunkSource::ReportWorthyLocked() const {
+  for (const UsageFigures& now : UsageLocked()) {
+    UsageFigures was{now.device, 0, 0};
+    for (const UsageFigures& sent : last_sent_) {
+      if (sent.device == now.device) was = sent;
+    }
+    const int local = LocalDevice(now.device);
+    if (local < 0) continue;
+    const DeviceState& d = devices_[local];
+    // A chunk's worth, and a sixteenth of what is held: a process that
+    // churns within its cache does not report at every period.
+    const uint64_t held = (d.held.size() + d.idle.size()) * d.chunk_size;
+    const uint64_t step = std::max<uint64_t>(d.chunk_size, held / 16);
+    auto moved = [step](uint64_t a, uint64_t b) {
+      return (a > b ? a - b : b - a) >= step;
+    };
+    if (moved(now.used, was.used) || moved(now.cached, was.cached)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void DaemonChunkSource::ReportLoop() {
+  while (!stop_reports_.WaitForNotificationWithTimeout(
+      options_.usage_report_interval)) {
+    if (!Lost().ok()) return;
+    PollUsage();
+    bool worthy;
+    {
+      MutexLock l(&mu_);
+      worthy = ReportWorthyLocked();
+    }
+    if (worthy) SendUsage(/*unsolicited=*/true).IgnoreError();
+  }
 }
 
 size_t DaemonChunkSource::chunk_size(int device) const {
@@ -420,14 +486,16 @@ std::vector<DaemonChunkSource::UsageFigures> DaemonChunkSource::UsageLocked()
 
 absl::Status DaemonChunkSource::ReportUsage() { return SendUsage(); }
 
-absl::Status DaemonChunkSource::SendUsage() {
+absl::Status DaemonChunkSource::SendUsage(bool unsolicited) {
   if (absl::Status lost = Lost(); !lost.ok()) return lost;
   v1::ReportUsageRequest req;
   req.set_session_id(session_id_);
   req.set_token(token_);
+  req.set_unsolicited(unsolicited);
+  if (unsolicited) usage_reports_.fetch_add(1);
   {
     MutexLock l(&mu_);
-    AddUsage(UsageLocked(), req.mutable_usage());
+    AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
   }
   v1::ReportUsageResponse resp;
   grpc::ClientContext ctx;
@@ -506,7 +574,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
     // gmlaked's number for the device; the chunks are imported on ours.
     req.set_device(devices_[device].daemon_device);
     chunk = devices_[device].chunk_size;
-    AddUsage(UsageLocked(), req.mutable_usage());
+    AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
   }
   v1::LeaseResponse resp;
   {
@@ -671,7 +739,7 @@ void DaemonChunkSource::GiveBack(
   for (const auto& [h, id] : chunks) req.add_chunk_ids(id);
   {
     MutexLock l(&mu_);
-    AddUsage(UsageLocked(), req.mutable_usage());
+    AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
   }
   v1::ReturnResponse resp;
   grpc::ClientContext ctx;
@@ -752,6 +820,8 @@ DaemonChunkSource::~DaemonChunkSource() {
                  "gmlaked\n",
                  held);
   }
+  stop_reports_.Notify();
+  if (report_thread_.joinable()) report_thread_.join();
   if (session_id_ != 0 && rpc_->stub != nullptr && Lost().ok()) {
     v1::CloseSessionRequest req;
     req.set_session_id(session_id_);

@@ -13,7 +13,9 @@
 // Under pressure from the daemon (another process needs memory), the Watch
 // thread gives back idle chunks first, then calls the ReclaimHandler for
 // the rest, gives back what it returned, and reports usage (which tells the
-// daemon it has answered).
+// daemon it has answered). A reporter thread reads the allocator's usage
+// (SetUsageProvider) periodically and sends it when it moved, so the daemon
+// knows whom to ask first.
 //
 // Devices are this process's, numbered as its backend numbers them; each is
 // paired with gmlaked's device of the same UUID (CUDA_VISIBLE_DEVICES gives
@@ -78,6 +80,11 @@ struct DaemonSourceOptions {
   absl::Duration lease_timeout = absl::Seconds(15);
   // Deadline of other calls.
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // How often the allocator's usage (SetUsageProvider) is read; it is sent
+  // to gmlaked when it moved by a chunk or more and by at least 1/16 of what
+  // this process holds on the device (0: read only when answering
+  // pressure). One lock taken per device and period; no call on a malloc.
+  absl::Duration usage_report_interval = absl::Milliseconds(250);
   // The protocol version to speak (0: this build's). For tests.
   uint32_t protocol_version = 0;
 };
@@ -118,13 +125,16 @@ class DaemonChunkSource : public ChunkSource {
   uint64_t capacity_bytes(int device) const override;
   absl::Status SetCapacity(int device, uint64_t bytes) override;
   void SetReclaimHandler(ReclaimHandler handler) override;
+  void SetUsageProvider(UsageProvider provider) override;
 
   // --- Beyond ChunkSource ----------------------------------------------------
 
   // What this process uses of what it holds on `device`, as the allocator
   // sees it; sent with the next call to the daemon (which asks sessions
-  // with the most cached memory first). Without it, the source reports
-  // acquired chunks as used and idle ones as cached.
+  // with the most cached memory first). The Allocator's UsageProvider
+  // (SetUsageProvider) does this by itself; NoteUsage is for callers
+  // without one. Without either, the source reports acquired chunks as
+  // used and idle ones as cached.
   void NoteUsage(int device, uint64_t used_bytes, uint64_t cached_bytes);
   // Sends the usage now.
   absl::Status ReportUsage();
@@ -143,6 +153,8 @@ class DaemonChunkSource : public ChunkSource {
   // Chunks the caller holds / idle ones kept here, on `device`.
   size_t held_chunks(int device) const;
   size_t idle_chunks(int device) const;
+  // Usage reports sent on this process's own initiative (figures changed).
+  uint64_t usage_reports() const { return usage_reports_.load(); }
   // Pressure requests answered so far and bytes given back for them.
   uint64_t pressure_requests() const { return pressure_requests_.load(); }
   uint64_t pressure_bytes_returned() const {
@@ -192,7 +204,16 @@ class DaemonChunkSource : public ChunkSource {
   // (if reachable).
   void GiveBack(int device,
                 absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks);
-  absl::Status SendUsage();
+  // `unsolicited`: sent because the figures changed, not as an answer to
+  // pressure.
+  absl::Status SendUsage(bool unsolicited = false);
+  // Reads the allocator's figures (if a provider is set) into the noted
+  // ones. Called without mu_ held.
+  void PollUsage();
+  // The usage reporter thread: PollUsage every usage_report_interval, and a
+  // report when the figures moved (ReportWorthy).
+  void ReportLoop();
+  bool ReportWorthyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that the daemon is gone (the first reason wins); returns the
   // Unavailable status Acquire reports from then on.
   absl::Status MarkLost(const absl::Status& why);
@@ -231,6 +252,15 @@ class DaemonChunkSource : public ChunkSource {
 
   std::thread watch_thread_;
   Notification watching_;
+
+  // Held while the provider runs, so that replacing it waits for the call.
+  Mutex provider_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  UsageProvider provider_ ABSL_GUARDED_BY(provider_mu_);
+  std::thread report_thread_;
+  Notification stop_reports_;
+  // The figures last sent to gmlaked (any call), per device.
+  std::vector<UsageFigures> last_sent_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> usage_reports_{0};
 
   std::atomic<uint64_t> pressure_requests_{0};
   std::atomic<uint64_t> pressure_bytes_returned_{0};

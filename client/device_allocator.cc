@@ -1221,6 +1221,13 @@ AllocatorStats DeviceAllocator::stats() const {
   return s;
 }
 
+ChunkSource::AllocatorUsage DeviceAllocator::usage() const {
+  MutexLock lock(&mu_);
+  const int64_t reserved = stats_.reserved_bytes.current;
+  const int64_t used = std::min(stats_.allocated_bytes.current, reserved);
+  return {static_cast<uint64_t>(used), static_cast<uint64_t>(reserved - used)};
+}
+
 void DeviceAllocator::ResetPeaks() {
   MutexLock lock(&mu_);
   stats_.ResetPeaks();

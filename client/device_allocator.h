@@ -81,6 +81,9 @@ class DeviceAllocator {
   uint64_t Reclaim(uint64_t bytes);
 
   AllocatorStats stats() const;
+  // Live bytes and bytes held but free, for the lake's usage reports: two
+  // numbers under the lock, never a driver call.
+  ChunkSource::AllocatorUsage usage() const;
   void ResetPeaks();
   void ResetAccumulated();
   // The segments in the format of torch.cuda.memory._snapshot()["segments"]

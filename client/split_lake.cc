@@ -76,4 +76,8 @@ void SplitLake::SetReclaimHandler(ReclaimHandler handler) {
   shared_->SetReclaimHandler(std::move(handler));
 }
 
+void SplitLake::SetUsageProvider(UsageProvider provider) {
+  shared_->SetUsageProvider(std::move(provider));
+}
+
 }  // namespace gmlake

@@ -41,6 +41,8 @@ class SplitLake : public ChunkSource {
   uint64_t capacity_bytes(int device) const override;
   absl::Status SetCapacity(int device, uint64_t bytes) override;
   void SetReclaimHandler(ReclaimHandler handler) override;
+  // To gmlaked, which reports the devices it serves.
+  void SetUsageProvider(UsageProvider provider) override;
 
  private:
   ChunkSource* For(int device) const;

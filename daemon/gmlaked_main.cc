@@ -34,6 +34,7 @@
 #include "common/fd_passing.h"
 #include "common/vmm.h"
 #include "daemon/fd_server.h"
+#include "daemon/grpc_peer_credentials.h"
 #include "daemon/lake.h"
 #include "daemon/lake_service.h"
 #include "daemon/log.h"
@@ -398,14 +399,14 @@ absl::Status Run(const ServiceNotifier& notifier) {
                        std::strerror(errno)));
     }
   }
-  // Refuse to start over a live gmlaked; remove a stale socket file.
-  {
-    absl::StatusOr<UniqueFd> probe = ListenUnix(grpc_path, mode);
-    if (!probe.ok()) {
-      return absl::Status(probe.status().code(),
-                          absl::StrCat("--socket: ", probe.status().message()));
-    }
-    ::unlink(grpc_path.c_str());  // gRPC binds it again below
+  // Refuses to start over a live gmlaked; removes a stale socket file. The
+  // daemon accepts this socket's connections itself (GrpcUnixAcceptor, below)
+  // to learn who is calling.
+  absl::StatusOr<UniqueFd> grpc_listener = ListenUnix(grpc_path, mode);
+  if (!grpc_listener.ok()) {
+    return absl::Status(
+        grpc_listener.status().code(),
+        absl::StrCat("--socket: ", grpc_listener.status().message()));
   }
   FdServerOptions fo;
   fo.path = lo.fd_socket_path;
@@ -414,29 +415,34 @@ absl::Status Run(const ServiceNotifier& notifier) {
   absl::StatusOr<std::unique_ptr<FdServer>> fd_server =
       FdServer::Start(lake->get(), fo);
   if (!fd_server.ok()) {
+    ::unlink(grpc_path.c_str());
     return absl::Status(
         fd_server.status().code(),
         absl::StrCat("--fd_socket: ", fd_server.status().message()));
   }
 
-  LakeService service(lake->get());
+  GrpcPeerCredentials grpc_peers;
+  LakeService service(lake->get(), LakeService::ByConnection(&grpc_peers));
   // The standard health service (grpc.health.v1) beside the lake's, for
   // probes: `gmlakectl health`.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("unix:", grpc_path),
-                           grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(8 << 20);
   builder.SetMaxSendMessageSize(8 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
+  absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> acceptor =
+      server == nullptr
+          ? absl::UnavailableError("the gRPC server did not start")
+          : GrpcUnixAcceptor::Start(server.get(), *std::move(grpc_listener),
+                                    &grpc_peers);
+  if (!acceptor.ok()) {
     (*fd_server)->Stop();
+    ::unlink(grpc_path.c_str());
     return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on unix:", grpc_path,
-                     " (is the directory there and writable?)"));
+        absl::StrCat("cannot serve gRPC on unix:", grpc_path, ": ",
+                     acceptor.status().message()));
   }
-  ::chmod(grpc_path.c_str(), static_cast<mode_t>(mode));
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(v1::Lake::service_full_name(), true);
@@ -487,6 +493,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
   // then the servers stop, then the chunks are released.
   (*lake)->Shutdown();
   if (metrics != nullptr) metrics->Stop();
+  (*acceptor)->Stop();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
   server->Wait();
   (*fd_server)->Stop();

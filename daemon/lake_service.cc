@@ -273,8 +273,9 @@ grpc::Status LakeService::Return(grpc::ServerContext* /*context*/,
 grpc::Status LakeService::ReportUsage(grpc::ServerContext* /*context*/,
                                       const v1::ReportUsageRequest* request,
                                       v1::ReportUsageResponse* /*response*/) {
-  return ToGrpc(lake_->ReportUsage(request->session_id(), request->token(),
-                                   ToReports(request->usage())));
+  return ToGrpc(lake_->ReportUsage(
+      request->session_id(), request->token(), ToReports(request->usage()),
+      /*answers_pressure=*/!request->unsolicited()));
 }
 
 grpc::ServerWriteReactor<v1::PressureRequest>* LakeService::Watch(
@@ -293,17 +294,31 @@ grpc::Status LakeService::CloseSession(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::Status(grpc::ServerContext* /*context*/,
+Caller LakeService::CallerOf(const grpc::ServerContextBase& context) const {
+  if (!identify_) return std::nullopt;
+  return identify_(context);
+}
+
+grpc::Status LakeService::Status(grpc::ServerContext* context,
                                  const v1::StatusRequest* /*request*/,
                                  v1::StatusResponse* response) {
   lake_->FillStatus(response);
   response->set_protocol_version(ProtocolVersion());
+  access_.ShowTo(CallerOf(*context), response);
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::Trim(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::Trim(grpc::ServerContext* context,
                                const v1::TrimRequest* request,
                                v1::TrimResponse* response) {
+  const Caller caller = CallerOf(*context);
+  if (absl::Status s = access_.MayTrim(caller); !s.ok()) {
+    Logf("refused a trim from %s",
+         caller.has_value()
+             ? absl::StrFormat("uid %d (pid %d)", caller->uid, caller->pid)
+             : std::string("an unknown caller"));
+    return ToGrpc(s);
+  }
   const int devices = static_cast<int>(lake_->options().devices.size());
   if (request->device() < -1 || request->device() >= devices) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(

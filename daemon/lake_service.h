@@ -8,9 +8,15 @@
 #ifndef GMLAKE_DAEMON_LAKE_SERVICE_H_
 #define GMLAKE_DAEMON_LAKE_SERVICE_H_
 
-#include <string>
+#include <unistd.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "daemon/grpc_peer_credentials.h"
 #include "daemon/lake.h"
+#include "daemon/operator_access.h"
 #include "proto/gmlake.grpc.pb.h"
 
 namespace gmlake {
@@ -18,8 +24,22 @@ namespace gmlake {
 class LakeService final
     : public v1::Lake::WithCallbackMethod_Watch<v1::Lake::Service> {
  public:
-  // `lake` must outlive the service.
-  explicit LakeService(Lake* lake) : lake_(lake) {}
+  // How the service learns who made a call: gmlaked looks the call's
+  // connection up in the credentials its GrpcUnixAcceptor recorded
+  // (ByConnection); tests and fuzzers in-process say whom they play. Null:
+  // every caller is unknown, so nobody may Trim.
+  using CallerLookup = std::function<Caller(const grpc::ServerContextBase&)>;
+  static CallerLookup ByConnection(const GrpcPeerCredentials* peers) {
+    return [peers](const grpc::ServerContextBase& context) {
+      return peers->Lookup(context.peer());
+    };
+  }
+
+  // `lake` must outlive the service. `daemon_uid` may Trim and see every
+  // session, as root may.
+  explicit LakeService(Lake* lake, CallerLookup identify = nullptr,
+                       uid_t daemon_uid = ::geteuid())
+      : lake_(lake), identify_(std::move(identify)), access_(daemon_uid) {}
 
   grpc::Status OpenSession(grpc::ServerContext* context,
                            const v1::OpenSessionRequest* request,
@@ -46,8 +66,13 @@ class LakeService final
                     const v1::TrimRequest* request,
                     v1::TrimResponse* response) override;
 
+  // Who made the call on `context`.
+  Caller CallerOf(const grpc::ServerContextBase& context) const;
+
  private:
   Lake* const lake_;
+  const CallerLookup identify_;
+  const OperatorAccess access_;
 };
 
 }  // namespace gmlake

@@ -11,10 +11,12 @@
 //
 // status: the lake per device (capacity, created, leased, free, scrubbing)
 // and the daemon's counters. clients: one line per session (pid, uid, name,
-// what it holds, age). trim: releases free chunks to the driver. health: asks
-// the standard gRPC health service (grpc.health.v1) on the socket, for probes
-// (systemd, Kubernetes). --json prints the RPC's response as JSON instead
-// (proto field names, numbers as numbers: tools/proto_json.h).
+// what it holds, age; other users' sessions only for root and gmlaked's
+// uid). trim: releases free chunks to the driver (root and gmlaked's uid
+// only). health: asks the standard gRPC health service (grpc.health.v1) on
+// the socket, for probes (systemd, Kubernetes). --json prints the RPC's
+// response as JSON instead (proto field names, numbers as numbers:
+// tools/proto_json.h).
 //
 // Exit codes: 0 done (health: serving), 1 gmlaked unreachable, refused or
 // (health) not serving, 2 bad usage.
@@ -90,6 +92,15 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// What a caller who is not an operator was not shown.
+std::string HiddenNote(const v1::StatusResponse& st) {
+  if (st.sessions_hidden() == 0) return "";
+  return absl::StrFormat(
+      "%d sessions of other users are not shown: only root and gmlaked's uid "
+      "(%d) see them (you are uid %d)\n",
+      st.sessions_hidden(), st.daemon_uid(), st.caller_uid());
+}
+
 std::string PrintStatus(const v1::StatusResponse& st) {
   std::string out = absl::StrFormat(
       "gmlaked: protocol %d, up %s, backend %s\n  %s\n"
@@ -97,8 +108,9 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       "%d rounds; chunks zeroed %d; sessions ended %d\n"
       "scrub %s; uid quota %s; session quota %s\n\n",
       st.protocol_version(), Age(st.uptime_seconds()), st.backend(),
-      st.backend_description(), st.sessions_size(), st.leases_served(),
-      st.leases_failed(), st.pressure_requests_sent(), st.pressure_rounds(),
+      st.backend_description(), st.sessions_size() + st.sessions_hidden(),
+      st.leases_served(), st.leases_failed(), st.pressure_requests_sent(),
+      st.pressure_rounds(),
       st.chunks_scrubbed(), st.sessions_ended(), st.scrub_policy(),
       st.uid_quota_bytes() ? FormatBytes(st.uid_quota_bytes()) : "none",
       st.session_quota_bytes() ? FormatBytes(st.session_quota_bytes())
@@ -114,11 +126,11 @@ std::string PrintStatus(const v1::StatusResponse& st) {
                     FormatBytes(d.scrubbing_bytes()),
                     absl::StrCat(d.leased_chunks(), "/", d.free_chunks())});
   }
-  return absl::StrCat(out, Table(rows), "\n", HeldReport(st));
+  return absl::StrCat(out, Table(rows), "\n", HeldReport(st), HiddenNote(st));
 }
 
 std::string PrintClients(const v1::StatusResponse& st) {
-  if (st.sessions_size() == 0) return "no sessions\n";
+  if (st.sessions_size() == 0) return "no sessions\n" + HiddenNote(st);
   std::vector<std::vector<std::string>> rows = {
       {"SESSION", "PID", "UID", "NAME", "STATE", "CHUNKS", "LEASED",
        "PER DEVICE", "USED", "CACHED", "AGE"}};
@@ -147,7 +159,7 @@ std::string PrintClients(const v1::StatusResponse& st) {
          s.usage_size() ? FormatBytes(used) : "-",
          s.usage_size() ? FormatBytes(cached) : "-", Age(s.age_seconds())});
   }
-  return Table(rows);
+  return Table(rows) + HiddenNote(st);
 }
 
 int Fail(const std::string& socket, const absl::Status& s) {
@@ -242,6 +254,10 @@ int Main(const std::string& command) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     absl::Status s = FromGrpc(stub->Trim(&ctx, req, &resp));
+    if (absl::IsPermissionDenied(s)) {
+      return Fail(socket, absl::PermissionDeniedError(
+                              absl::StrCat("refused to trim: ", s.message())));
+    }
     if (!s.ok()) return Fail(socket, s);
     if (json) {
       std::fputs(ProtoToJsonText(resp).c_str(), stdout);

@@ -3,6 +3,7 @@
 // gmlakectl against a real gmlaked holding a real client's chunks.
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
@@ -113,6 +114,94 @@ TEST(Gmlakectl, HealthIsZeroWhileServingOneOtherwise) {
   ASSERT_TRUE(gone.ok()) << gone.status();
   EXPECT_EQ(gone->exit_code, 1);
   EXPECT_THAT(gone->err, HasSubstr("is gmlaked running?"));
+}
+
+// gmlakectl run as `uid` (setpriv drops to it before the exec). The binary is
+// copied where that uid can read it: Bazel's runfiles may sit under /root.
+CommandResult CtlAs(const Daemon& d, uid_t uid,
+                    const std::vector<std::string>& args) {
+  const std::string copy = d.dir() + "/gmlakectl";
+  if (::access(copy.c_str(), X_OK) != 0) {
+    absl::StatusOr<CommandResult> cp =
+        RunCommand({"/bin/cp", RunfilePath("tools/gmlakectl"), copy});
+    EXPECT_TRUE(cp.ok() && cp->exit_code == 0);
+    ::chmod(copy.c_str(), 0755);
+  }
+  std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                   absl::StrCat("--reuid=", uid),
+                                   absl::StrCat("--regid=", uid),
+                                   "--clear-groups",
+                                   copy,
+                                   "--socket=" + d.socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> r = RunCommand(argv);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : CommandResult{};
+}
+
+TEST(Gmlakectl, AnotherUidSeesItsOwnSessionsAndMayNotTrim) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to run clients and gmlakectl as another uid";
+  }
+  absl::StatusOr<std::unique_ptr<Daemon>> d =
+      Daemon::Start({"--capacity=32MiB"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<std::unique_ptr<ClientProcess>> root_job =
+      ClientProcess::Start((*d)->socket(), {"--name=root-job"});
+  ASSERT_TRUE(root_job.ok()) << root_job.status();
+  absl::StatusOr<std::unique_ptr<ClientProcess>> nobody_job =
+      ClientProcess::Start((*d)->socket(),
+                           {"--name=nobody-job", "--uid=65534"});
+  ASSERT_TRUE(nobody_job.ok()) << nobody_job.status();
+  ASSERT_TRUE((*nobody_job)->Command("acquire 0 3").ok());
+  ASSERT_TRUE((*root_job)->Command("acquire 0 4").ok());
+  ASSERT_TRUE((*root_job)->Command("return 0 2").ok());  // 2 free chunks
+
+  // uid 65534 sees its own session, not root's, and the whole lake's books.
+  CommandResult r = CtlAs(**d, 65534, {"clients"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("nobody-job"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat((*nobody_job)->pid())));
+  EXPECT_THAT(r.out, Not(HasSubstr("root-job")));
+  EXPECT_THAT(r.out, Not(HasSubstr(absl::StrCat((*root_job)->pid()))));
+  EXPECT_THAT(r.out,
+              HasSubstr("1 sessions of other users are not shown: only root "
+                        "and gmlaked's uid (0) see them (you are uid 65534)"));
+  r = CtlAs(**d, 65534, {"clients", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("nobody-job"));
+  EXPECT_THAT(r.out, Not(HasSubstr("root-job")));
+  r = CtlAs(**d, 65534, {"status", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"leased_chunks\": 5"));
+  EXPECT_THAT(r.out, HasSubstr("\"free_chunks\": 2"));
+  EXPECT_THAT(r.out, HasSubstr("\"sessions_hidden\": 1"));
+  EXPECT_THAT(r.out, HasSubstr("\"caller_uid\": 65534"));
+  EXPECT_THAT(r.out, Not(HasSubstr("root-job")));
+  r = CtlAs(**d, 65534, {"status"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("sessions 2;"));
+
+  // uid 65534 may not trim: a clear refusal, and nothing released.
+  r = CtlAs(**d, 65534, {"trim"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("refused to trim"));
+  EXPECT_THAT(r.err, HasSubstr("only root and gmlaked's own uid (0) may trim"));
+  EXPECT_THAT(r.err, HasSubstr("uid 65534"));
+  absl::StatusOr<v1::StatusResponse> st = (*d)->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->devices(0).free_chunks(), 2u);
+  EXPECT_THAT((*d)->Log(), HasSubstr("refused a trim from uid 65534"));
+
+  // Root sees both sessions and may trim.
+  r = Ctl(**d, {"clients"});
+  EXPECT_THAT(r.out, HasSubstr("root-job"));
+  EXPECT_THAT(r.out, HasSubstr("nobody-job"));
+  EXPECT_THAT(r.out, Not(HasSubstr("not shown")));
+  r = Ctl(**d, {"trim"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("released 4.00 MiB (2 chunks)"));
+  EXPECT_TRUE((*d)->CheckBooks().ok());
 }
 
 TEST(Gmlakectl, NoDaemonIsAClearError) {

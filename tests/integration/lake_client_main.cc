@@ -19,6 +19,14 @@
 //
 // With --reclaim, the ReclaimHandler returns held chunks (last acquired
 // first) when gmlaked asks for memory.
+//
+// With --allocator, a real Allocator runs over the source (it answers
+// pressure from its cache and reports its usage, as in a training
+// process), and these commands drive it:
+//
+//   malloc D BYTES     allocate and keep a block            -> ok <index>
+//   free I             free block I                         -> ok
+//   usage D            -> ok <allocated> <reserved> <reports sent>
 
 #include <grp.h>
 #include <unistd.h>
@@ -27,6 +35,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -37,6 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "common/mutex.h"
 #include "common/vmm.h"
@@ -47,12 +57,17 @@ ABSL_FLAG(int, uid, -1, "Drop to this uid (and gid) before connecting.");
 ABSL_FLAG(uint64_t, idle_watermark, 0, "Idle watermark in bytes.");
 ABSL_FLAG(uint32_t, protocol_version, 0, "Protocol version to speak.");
 ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
+ABSL_FLAG(bool, allocator, false,
+          "Run an Allocator over the source (malloc, free, usage).");
 
 namespace gmlake {
 namespace {
 
 Mutex mu;
 std::vector<std::vector<ChunkHandle>> held ABSL_GUARDED_BY(mu);
+// With --allocator: the allocator and its live blocks (0: freed).
+std::unique_ptr<Allocator> allocator;
+std::vector<DevicePtr> blocks;
 
 void Answer(const absl::StatusOr<std::string>& r) {
   if (r.ok()) {
@@ -101,9 +116,34 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
   };
   const std::string& cmd = w[0];
   const int device = static_cast<int>(arg(1));
+  if (cmd == "free") {
+    const int64_t i = arg(1);
+    if (allocator == nullptr || i < 0 ||
+        i >= static_cast<int64_t>(blocks.size())) {
+      return absl::InvalidArgumentError("no such block (--allocator?)");
+    }
+    absl::Status s = allocator->Free(std::exchange(blocks[i], 0));
+    if (!s.ok()) return s;
+    return std::string();
+  }
   if (cmd != "pressure" && cmd != "status" &&
       (device < 0 || device >= static_cast<int>(held.size()))) {
     return absl::InvalidArgumentError("bad device");
+  }
+  if (cmd == "malloc" || cmd == "usage") {
+    if (allocator == nullptr) {
+      return absl::FailedPreconditionError("start with --allocator");
+    }
+    if (cmd == "usage") {
+      const AllocatorStats st = allocator->stats(device);
+      return absl::StrCat(st.allocated_bytes.current, " ",
+                          st.reserved_bytes.current, " ", src->usage_reports());
+    }
+    absl::StatusOr<DevicePtr> p =
+        allocator->Malloc(static_cast<size_t>(arg(2)), device, 0);
+    if (!p.ok()) return p.status();
+    blocks.push_back(*p);
+    return absl::StrCat(blocks.size() - 1);
   }
   if (cmd == "acquire") {
     absl::StatusOr<std::vector<ChunkHandle>> got =
@@ -197,6 +237,11 @@ int Main() {
     MutexLock l(&mu);
     held.resize((*src)->backend()->device_count());
   }
+  if (absl::GetFlag(FLAGS_allocator)) {
+    AllocatorOptions ao;
+    ao.log = false;
+    allocator = std::make_unique<Allocator>(src->get(), ao);
+  }
   if (absl::GetFlag(FLAGS_reclaim)) {
     DaemonChunkSource* s = src->get();
     s->SetReclaimHandler([s](int device, uint64_t bytes) -> uint64_t {
@@ -221,6 +266,12 @@ int Main() {
         absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (words.empty()) continue;
     if (words[0] == "quit") {
+      if (allocator != nullptr) {
+        for (DevicePtr p : blocks) {
+          if (p != 0) allocator->Free(p).IgnoreError();
+        }
+        allocator.reset();  // returns its chunks to the source
+      }
       {
         MutexLock l(&mu);
         for (size_t d = 0; d < held.size(); ++d) {

@@ -1,0 +1,100 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Who is calling, on gmlaked's gRPC socket.
+//
+// gRPC over a Unix socket tells a handler only a peer string, and Debian's
+// gRPC has no credentials type that carries SO_PEERCRED. So gmlaked accepts
+// the gRPC socket's connections itself (GrpcUnixAcceptor): it reads each
+// connection's SO_PEERCRED (the kernel's word on pid/uid/gid, as of the
+// connect), records it by descriptor number (GrpcPeerCredentials), and only
+// then hands the connection to the grpc::Server
+// (grpc::AddInsecureChannelFromFd). gRPC names such a connection's peer
+// "fd:<descriptor>", which leads a handler back to the record.
+//
+// Why a descriptor number identifies one connection for as long as a call
+// on it runs: gRPC closes a connection's descriptor only when its transport
+// is destroyed, and every call holds its transport. The kernel can hand the
+// same number to a new connection only after that close, and the acceptor
+// records the new connection's credentials before gRPC sees any call on
+// it. A peer string that is not "fd:<n>" of a recorded connection (an
+// in-process channel, a future gRPC that names peers otherwise) gives no
+// credentials: callers are then unknown, and every check that needs a uid
+// refuses (fails closed).
+
+#ifndef GMLAKE_DAEMON_GRPC_PEER_CREDENTIALS_H_
+#define GMLAKE_DAEMON_GRPC_PEER_CREDENTIALS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/fd_passing.h"
+#include "common/mutex.h"
+#include "common/unique_fd.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gmlake {
+
+// The credentials of the gRPC connections a GrpcUnixAcceptor accepted.
+// Thread-safe.
+class GrpcPeerCredentials {
+ public:
+  // Records the credentials of a connection whose descriptor is `fd`,
+  // replacing those of an earlier connection that had the same number.
+  void Record(int fd, const PeerCredentials& peer);
+  // The credentials behind a gRPC peer string ("fd:12"); nullopt for any
+  // other peer.
+  std::optional<PeerCredentials> Lookup(absl::string_view grpc_peer) const;
+  // Connections recorded (including closed ones not yet replaced).
+  size_t size() const;
+
+ private:
+  mutable Mutex mu_;
+  absl::flat_hash_map<int, PeerCredentials> by_fd_ ABSL_GUARDED_BY(mu_);
+};
+
+// Accepts connections on a listening Unix socket and serves them with a
+// grpc::Server built without listening ports, recording each connection's
+// credentials first.
+class GrpcUnixAcceptor {
+ public:
+  // Starts the accepting thread. `server` and `peers` must outlive the
+  // acceptor; `listener` comes from ListenUnix.
+  static absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> Start(
+      grpc::Server* server, UniqueFd listener, GrpcPeerCredentials* peers);
+  // Stop().
+  ~GrpcUnixAcceptor();
+  GrpcUnixAcceptor(const GrpcUnixAcceptor&) = delete;
+  GrpcUnixAcceptor& operator=(const GrpcUnixAcceptor&) = delete;
+
+  // Stops accepting (connections handed over already stay with the
+  // server) and closes the listening socket. Idempotent.
+  void Stop();
+
+  // Connections handed to the server so far.
+  uint64_t accepted() const;
+
+ private:
+  GrpcUnixAcceptor(grpc::Server* server, UniqueFd listener, UniqueFd wake,
+                   GrpcPeerCredentials* peers);
+  void Loop();
+  // Accepts every pending connection; false once the listener failed.
+  bool AcceptPending();
+
+  grpc::Server* const server_;
+  UniqueFd listener_;
+  UniqueFd wake_;  // eventfd: Stop
+  GrpcPeerCredentials* const peers_;
+  std::thread thread_;
+  bool stopped_ = false;
+  mutable Mutex mu_;
+  uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_DAEMON_GRPC_PEER_CREDENTIALS_H_
