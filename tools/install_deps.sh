@@ -2,7 +2,7 @@
 # Installs what building GMLake needs from Debian's archive, and nothing when
 # it is all there already. Bazel 4.2.3 (WORKSPACE mode) with Debian's gRPC,
 # Protobuf, Abseil and GoogleTest; never downloads anything else
-# (../shared/notes/bazel-offline.md). python3-venv, python3-wheel and
+# (docs/building.md). python3-venv, python3-wheel and
 # patchelf build and test the wheel (packaging/).
 set -euo pipefail
 packages=(bazel-bootstrap bazel-rules-java libgrpc++-dev protobuf-compiler-grpc

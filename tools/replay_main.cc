@@ -5,7 +5,7 @@
 //
 //   gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]
 //
-// With no trace named it replays ../shared/traces/*.trace.gz.
+// With no trace named it replays the repository's traces/*.trace.gz.
 
 #include <dirent.h>
 #include <unistd.h>
@@ -77,7 +77,11 @@ std::string Resolve(const std::string& path) {
 
 std::vector<std::string> TraceFiles(const std::vector<std::string>& args) {
   std::vector<std::string> in = args;
-  if (in.empty()) in.push_back("../shared/traces");
+  if (in.empty()) {
+    // The shipped traces: under `bazel run` in the workspace, else here.
+    const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+    in.push_back(ws != nullptr ? absl::StrCat(ws, "/traces") : "traces");
+  }
   std::vector<std::string> files;
   for (const std::string& a : in) {
     const std::string p = Resolve(a);

@@ -11,7 +11,9 @@
 #   4. replays every shipped trace through the allocator alone and prints
 #      what it needed beside what PyTorch needed.
 # Ctrl-C stops everything cleanly. Extra arguments go to step 4's
-# gmlake-replay (e.g. --json).
+# gmlake-replay (e.g. --json). The traces are the repository's traces/;
+# GMLAKE_TRACES=DIR replays another folder of them (with the three demo
+# traces and a baselines.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
@@ -25,7 +27,7 @@ backend=host
 if [ -e /dev/nvidiactl ] || ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   backend=cuda
 fi
-traces=${GMLAKE_TRACES:-../shared/traces}
+traces=${GMLAKE_TRACES:-traces}
 demo=("$traces/llama1b_full_ckpt.trace.gz" "$traces/llama1b_infer.trace.gz"
   "$traces/llama1b_lora_ckpt.trace.gz")
 

@@ -1,6 +1,6 @@
 // Copyright 2026 The GMLake Authors.
 //
-// Allocation traces of real runs (../shared/traces, format in its README):
+// Allocation traces of real runs (traces/, format in its README.md):
 // gzip'd lines "ACTION ADDR SIZE STREAM"; replay uses 'a' (allocate) and
 // 'F' (free completed). Loaded once into a compact event list.
 
