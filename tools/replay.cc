@@ -67,6 +67,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     const VmmCallSnapshot start = (*backend)->call_stats();
     VmmCallSnapshot at_half = start;
     const Clock::time_point t0 = Clock::now();
+    bool ran_out = false;
     for (size_t i = 0; i < n; ++i) {
       if (i == half) at_half = (*backend)->call_stats();
       const TraceEvent& e = trace.events[i];
@@ -86,6 +87,7 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
         absl::StatusOr<DevicePtr> p = allocator.Malloc(e.size, 0, e.stream);
         if (!p.ok()) {
           if (!absl::IsResourceExhausted(p.status())) return p.status();
+          ran_out = true;
           r.failed_event = i;
           r.error = std::string(p.status().message());
           break;
@@ -108,8 +110,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
               absl::StrCat("after event ", i, ": ", s.message()));
         }
       }
-      if (i + 1 == n) r.completed = true;
     }
+    r.completed = !ran_out;
     r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const VmmCallSnapshot end = (*backend)->call_stats();
     r.calls = end - start;

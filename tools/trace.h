@@ -31,8 +31,11 @@ struct Trace {
   uint64_t end_live_bytes = 0;   // still live after the last event
 };
 
-// Reads a .trace.gz (or plain text) trace. Frees of unknown addresses are
-// skipped, as PyTorch's own replay does.
+// Reads a .trace.gz (or plain text) trace. A trace is data from outside:
+// anything that is not one (bad gzip data, a line not in the format, an
+// address allocated twice without a free between, a free of an address not
+// allocated, no allocations at all) is refused with an error that names the
+// file, the line and what was expected there.
 absl::StatusOr<Trace> LoadTrace(const std::string& path);
 
 }  // namespace gmlake
