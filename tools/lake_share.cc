@@ -217,13 +217,20 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
     }
     const uint64_t host_capacity =
         std::max<uint64_t>(result.capacity_bytes, uint64_t{64} << 30);
-    absl::StatusOr<std::unique_ptr<Subprocess>> d = Subprocess::Start(
-        {bin, "--backend=" + config.backend, "--socket=" + socket,
-         "--fd_socket=" + dir + "/fd.sock",
-         absl::StrCat("--capacity=", result.capacity_bytes),
-         absl::StrCat("--host_capacity=", host_capacity),
-         absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)},
-        /*pipes=*/false);
+    std::vector<std::string> argv = {
+        bin,
+        "--backend=" + config.backend,
+        "--socket=" + socket,
+        "--fd_socket=" + dir + "/fd.sock",
+        absl::StrCat("--capacity=", result.capacity_bytes),
+        absl::StrCat("--host_capacity=", host_capacity),
+        absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
+    if (config.reclaim_timeout > absl::ZeroDuration()) {
+      argv.push_back(absl::StrCat(
+          "--reclaim_timeout=", absl::FormatDuration(config.reclaim_timeout)));
+    }
+    absl::StatusOr<std::unique_ptr<Subprocess>> d =
+        Subprocess::Start(argv, /*pipes=*/false);
     if (!d.ok()) {
       return absl::Status(
           d.status().code(),
@@ -237,7 +244,10 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   auto stub = gmlake::v1::Lake::NewStub(channel);
   Progress(config.progress,
            absl::StrCat("lake: waiting for gmlaked at ", socket));
-  for (int i = 0; i < 500 && !Node(stub.get()).ok(); ++i) {
+  // A generous wait: gmlaked starts in well under a second when the
+  // machine is idle, but a busy one may take many times that.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!Node(stub.get()).ok() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   absl::StatusOr<NodeView> start = Node(stub.get());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace gmlake {
 
@@ -32,6 +33,10 @@ struct LakeShareConfig {
   uint64_t capacity = 0;
   // gmlaked reclaims cached memory before creating (--prefer_reclaim).
   bool prefer_reclaim = false;
+  // gmlaked's --reclaim_timeout, how long a lease waits for idle processes
+  // to give memory back (0: gmlaked's default). Tests on busy machines give
+  // it a margin.
+  absl::Duration reclaim_timeout = absl::ZeroDuration();
   std::string conf;     // GMLAKE_CONF for the clients' allocators
   std::string socket;   // an already running gmlaked; empty: start one
   std::string gmlaked;  // path of gmlaked (empty: beside this binary)
