@@ -186,6 +186,30 @@ TEST_F(AllocatorTest, FreeOfUnknownPointerIsAnErrorNotACrash) {
   EXPECT_FALSE(allocator_->Malloc(10, 3, 0).ok());  // no device 3
 }
 
+// A free that names its device asks that device's allocator only.
+TEST(AllocatorDevicesTest, FreeOnADeviceAsksOnlyThatDevice) {
+  HostBackend::Options bo;
+  bo.devices = 2;
+  bo.capacity_bytes = size_t{64} << 20;
+  auto backend = HostBackend::Create(bo);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EmbeddedLake lake(*std::move(backend), 0);
+  absl::StatusOr<AllocatorOptions> options = ParseConf("");
+  ASSERT_TRUE(options.ok());
+  Allocator allocator(&lake, *options);
+  ASSERT_EQ(allocator.device_count(), 2);
+  absl::StatusOr<DevicePtr> p = allocator.Malloc(kMiB, 1, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::Status wrong = allocator.Free(*p, 0);
+  EXPECT_TRUE(absl::IsNotFound(wrong)) << wrong;
+  EXPECT_NE(wrong.message().find("device 0"), std::string::npos) << wrong;
+  EXPECT_EQ(allocator.stats(1).allocated_bytes.current, int64_t{kMiB});
+  EXPECT_EQ(allocator.Free(*p, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(allocator.Free(*p, 1).ok());
+  EXPECT_EQ(allocator.stats(1).allocated_bytes.current, 0);
+  EXPECT_TRUE(allocator.Free(0, 0).ok());
+}
+
 TEST_F(AllocatorTest, OtherStreamsReuseOnlyAfterTheirWorkFinished) {
   host_->HoldQueuedWork();  // stream 2's work runs until we say
   DevicePtr a = MustMalloc(4 * kMiB, /*stream=*/1);
