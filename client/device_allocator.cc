@@ -955,6 +955,7 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
     pool->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
       if (b == keep_a || b == keep_b) return;
       const auto [first, end] = WholeChunksIn(b);
       if (end <= first) return;

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building GMLake needs from Debian's archive, and nothing when
 # it is all there already. Bazel 4.2.3 (WORKSPACE mode) with Debian's gRPC,
-# Protobuf, Abseil and GoogleTest; never downloads anything else
-# (docs/building.md). python3-venv, python3-wheel and
-# patchelf build and test the wheel (packaging/).
+# Protobuf, Abseil and GoogleTest, and Clang 14 for the lock checker
+# (--config=clang); never downloads anything else (docs/building.md).
+# python3-venv, python3-wheel and patchelf build and test the wheel
+# (packaging/).
 set -euo pipefail
 packages=(bazel-bootstrap bazel-rules-java libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev
-  zlib1g-dev nlohmann-json3-dev g++ python3 python3-yaml
+  zlib1g-dev nlohmann-json3-dev g++ clang python3 python3-yaml
   python3-venv python3-wheel patchelf)
 missing=()
 for p in "${packages[@]}"; do

@@ -20,7 +20,9 @@ bash tools/install_deps.sh
 config=()
 [ -n "${CI:-}" ] && config=(--config=ci)
 echo "gmlake: building gmlaked, gmlakectl, gmlake-replay ..." >&2
-bazel build "${config[@]}" --noshow_progress //daemon:gmlaked //tools:gmlakectl \
+# Optimised (-c opt): the replay's timings and the demo's speed are the
+# product's, not a debug build's.
+bazel build "${config[@]}" -c opt --noshow_progress //daemon:gmlaked //tools:gmlakectl \
   //tools:gmlake-replay >&2
 bin=bazel-bin
 backend=host

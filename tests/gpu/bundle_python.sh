@@ -3,7 +3,7 @@
 #
 # Here (no GPU): builds the wheel and packs what the Python GPU scripts need
 # into .gpu/ (ignored by git), for the GPU machine (carry [".gpu"]):
-#   .gpu/wheel/gmlake-*.whl   the wheel (bazel build //:wheel)
+#   .gpu/wheel/gmlake-*.whl   the wheel (bazel build -c opt //:wheel)
 #   .gpu/workloads/*.py       ../shared/workloads
 # The GPU machine needs nothing else of this machine: the wheel bundles
 # libgmlake.so, gmlaked, gmlakectl and every library they load.

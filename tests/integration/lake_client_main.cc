@@ -101,8 +101,13 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
   };
   const std::string& cmd = w[0];
   const int device = static_cast<int>(arg(1));
+  size_t devices = 0;
+  {
+    MutexLock l(&mu);
+    devices = held.size();
+  }
   if (cmd != "pressure" && cmd != "status" &&
-      (device < 0 || device >= static_cast<int>(held.size()))) {
+      (device < 0 || device >= static_cast<int>(devices))) {
     return absl::InvalidArgumentError("bad device");
   }
   if (cmd == "acquire") {
