@@ -42,6 +42,9 @@ struct LakeShareConfig {
   std::string gmlaked;  // path of gmlaked (empty: beside this binary)
   std::string self;     // path of this binary, for the clients
   bool progress = true;
+  // How often the run samples gmlaked's Status for LakeShareResult's
+  // timeline (0: no timeline).
+  absl::Duration sample_every = absl::Milliseconds(20);
 };
 
 struct LakePhase {
@@ -53,6 +56,14 @@ struct LakePhase {
   uint64_t floor_bytes = 0;           // most live across processes in it
   uint64_t pressure_requests = 0;     // sent by gmlaked so far
   double seconds = 0;
+  double start_seconds = 0;  // since the first phase began
+};
+
+// The node and each process at one moment, from gmlaked's Status.
+struct LakeSample {
+  double seconds = 0;                   // since the first phase began
+  uint64_t node_bytes = 0;              // chunks gmlaked holds, all devices
+  std::vector<uint64_t> process_bytes;  // leased to each client, by index
 };
 
 struct LakeShareResult {
@@ -62,6 +73,8 @@ struct LakeShareResult {
   uint64_t sum_of_process_peaks_bytes = 0;
   uint64_t floor_bytes = 0;
   double node_peak_over_floor = 0;
+  std::vector<std::string> process_names;  // the clients' traces, by index
+  std::vector<LakeSample> timeline;        // every config.sample_every
 };
 
 // The floor and the capacity the benchmark would use, from the traces

@@ -68,6 +68,18 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
     VmmCallSnapshot at_half = start;
     const Clock::time_point t0 = Clock::now();
     bool ran_out = false;
+    // Reserved bytes change only in the slow path and, with no capacity,
+    // only grow: samples at evenly spaced events miss no peak.
+    const size_t sample_every =
+        config.timeline_points == 0
+            ? 0
+            : std::max<size_t>(1, n / config.timeline_points);
+    auto sample = [&](size_t done) {
+      r.reserved_timeline.push_back(
+          {done,
+           static_cast<uint64_t>(allocator.stats(0).reserved_bytes.current)});
+    };
+    if (sample_every != 0) sample(0);
     for (size_t i = 0; i < n; ++i) {
       if (i == half) at_half = (*backend)->call_stats();
       const TraceEvent& e = trace.events[i];
@@ -103,6 +115,9 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
                                                                  a)
                 .count()));
+      }
+      if (sample_every != 0 && ((i + 1) % sample_every == 0 || i + 1 == n)) {
+        sample(i + 1);
       }
       if (config.check_every != 0 && i % config.check_every == 0) {
         if (absl::Status s = allocator.CheckInvariants(); !s.ok()) {

@@ -76,6 +76,15 @@ class TraceParser {
         !absl::SimpleAtoi(parts[2], &stream)) {
       return Bad(absl::StrCat(kFormat, "; got '", Shown(line), "'"));
     }
+    if (action == 'S' || action == 's') {
+      if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Bad(absl::StrCat("segment size ", size,
+                                " is too large; expected at most 2^63-1"));
+      }
+      const int64_t bytes = static_cast<int64_t>(size);
+      trace_.native_segments.push_back(
+          {trace_.events.size(), action == 'S' ? bytes : -bytes});
+    }
     if (action != 'a' && action != 'F') return absl::OkStatus();
     absl::StatusOr<uint8_t> sidx = StreamIndex(stream);
     if (!sidx.ok()) return sidx.status();

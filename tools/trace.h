@@ -22,9 +22,18 @@ struct TraceEvent {
   bool alloc;
 };
 
+// PyTorch's own cudaMalloc ('S', bytes > 0) or cudaFree ('s', bytes < 0)
+// of a segment, before events[at_event]: what the native allocator had
+// reserved when the trace was recorded.
+struct SegmentChange {
+  uint64_t at_event;
+  int64_t bytes;
+};
+
 struct Trace {
   std::string name;  // file name without .trace.gz
   std::vector<TraceEvent> events;
+  std::vector<SegmentChange> native_segments;
   std::vector<uint64_t> streams;  // the trace's stream ids, by index
   uint32_t num_ids = 0;
   uint64_t peak_live_bytes = 0;  // most bytes live at once

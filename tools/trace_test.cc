@@ -85,6 +85,9 @@ TEST(LoadTraceTest, ReadsAllocationsAndCompletedFrees) {
   EXPECT_EQ(t->streams, (std::vector<uint64_t>{0, 7}));
   EXPECT_EQ(t->peak_live_bytes, 4000u);
   EXPECT_EQ(t->end_live_bytes, 500u);
+  ASSERT_EQ(t->native_segments.size(), 1u);  // PyTorch's own segment
+  EXPECT_EQ(t->native_segments[0].at_event, 0u);
+  EXPECT_EQ(t->native_segments[0].bytes, 8192);
 }
 
 TEST(LoadTraceTest, PlainTextLoadsToo) {
