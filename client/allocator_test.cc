@@ -771,3 +771,30 @@ TEST_F(AllocatorTest, ThreadsOnTheirOwnStreamsDoNotRunOutWithHalfFree) {
 }
 }  // namespace
 }  // namespace gmlake
+namespace gmlake {
+namespace {
+
+// Memory freed while another stream still used it (record_stream) comes
+// back to its own stream once that work is done, even when the lake is
+// full: the retry after waiting looks among the blocks that came back.
+TEST_F(AllocatorTest, HeldBackMemoryServesItsOwnStreamWhenTheLakeIsFull) {
+  Make(4 * kChunk);
+  DevicePtr keep = MustMalloc(4096, /*stream=*/7);
+  DevicePtr a = MustMalloc(3 * kChunk, /*stream=*/1);  // the lake is full
+  // Stream 2's work finishes a moment after the free, not at once.
+  host_->set_event_delay(absl::Milliseconds(50));
+  ASSERT_TRUE(allocator_->RecordStream(a, 2).ok());
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  for (size_t size : {3 * kChunk, kChunk}) {
+    absl::StatusOr<DevicePtr> again = allocator_->Malloc(size, 0, 1);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(*again, a);
+    ASSERT_TRUE(allocator_->RecordStream(*again, 2).ok());
+    ASSERT_TRUE(allocator_->Free(*again).ok());
+  }
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(keep).ok());
+}
+
+}  // namespace
+}  // namespace gmlake

@@ -102,6 +102,12 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
       if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
       ProcessPending();
       MergeSettledNeighbours();
+      // What came back may fit as it is (Grow only makes or stitches).
+      if (Block* back = pool->free.Find(rounded)) {
+        pool->free.Remove(back);
+        grown = back;
+        break;
+      }
       grown = Grow(pool, rounded);
     }
     if (!grown.ok()) {
