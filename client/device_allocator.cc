@@ -546,6 +546,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
   for (auto& p : pools_) {
     p->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
       Arena* a = b->segment->arena;
       const auto [first, end] = WholeChunksIn(b);
       for (size_t q = first; q < end; q += a->chunk_pages[q]) {
@@ -658,6 +659,7 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
   std::vector<SizedChunk> keep;
   chunks.erase(std::remove_if(chunks.begin(), chunks.end(),
                               [&](const SizedChunk& c) {
+                                mu_.AssertHeld();  // held by our caller
                                 if (!dormant_count_.contains(c.handle)) {
                                   return false;
                                 }
