@@ -87,6 +87,12 @@ absl::Status Allocator::Free(DevicePtr ptr) {
   return first;
 }
 
+absl::Status Allocator::Free(DevicePtr ptr, int device) {
+  if (ptr == 0) return absl::OkStatus();
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  return devices_[device]->Free(ptr);
+}
+
 absl::Status Allocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
   absl::Status first;
   for (auto& d : devices_) {

@@ -34,6 +34,10 @@ class Allocator {
                                    StreamHandle stream);
   // Frees what Malloc returned (any device). NotFound for anything else.
   absl::Status Free(DevicePtr ptr);
+  // Frees what Malloc returned on `device` (as PyTorch names it); only that
+  // device's allocator is asked. InvalidArgument for a device that does not
+  // exist, NotFound for a pointer that is not live there.
+  absl::Status Free(DevicePtr ptr, int device);
   absl::Status RecordStream(DevicePtr ptr, StreamHandle stream);
 
   // Returns every cached free chunk to the lake; bytes returned.

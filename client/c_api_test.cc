@@ -304,6 +304,30 @@ TEST(CApiTest, PyTorchHooksRecordStreamEmptyCacheAndFraction) {
   EXPECT_EQ(gmlake_is_initialized(), 0);
 }
 
+// PyTorch names the device of every free: the free goes to that device's
+// allocator only, so a pointer named with the wrong device stays live.
+TEST(CApiTest, TorchFreeGoesToTheDeviceItNames) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  void* p = gmlake_torch_malloc(1 << 20, 0, nullptr);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  auto allocated = [] {
+    char* stats = gmlake_stats_json(0);
+    const std::string s = stats;
+    gmlake_free_string(stats);
+    return s.find("\"allocated_bytes.all.current\":1048576") !=
+           std::string::npos;
+  };
+  gmlake_torch_free(p, 1 << 20, 3, nullptr);  // no device 3
+  EXPECT_NE(std::string(gmlake_last_error()).find("device 3"),
+            std::string::npos)
+      << gmlake_last_error();
+  EXPECT_TRUE(allocated()) << "freed although the device was wrong";
+  gmlake_torch_free(p, 1 << 20, 0, nullptr);
+  EXPECT_FALSE(allocated());
+  gmlake_shutdown();
+}
+
 TEST(CApiTest, DaemonRequiredButAbsentSaysSo) {
   EXPECT_EQ(gmlake_init("lake:daemon,socket:/nonexistent/gmlaked.sock"), -1);
   EXPECT_NE(std::string(gmlake_last_error()).find("/nonexistent/gmlaked.sock"),

@@ -55,7 +55,7 @@ class ChunkSource {
   // What the allocator calls: chunks totalling exactly `bytes` (a multiple
   // of chunk_size(device)), all or nothing; the source picks their sizes.
   // Fewer, larger chunks cost fewer driver calls to create and map (one
-  // call per chunk, whatever its size: ../shared/notes/h200-vmm.md). The
+  // call per chunk, whatever its size: docs/gpu.md, VMM call costs). The
   // default hands out chunk_size() chunks through Acquire.
   virtual absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                                uint64_t bytes);

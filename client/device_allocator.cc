@@ -102,6 +102,12 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
       if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
       ProcessPending();
       MergeSettledNeighbours();
+      // What came back may fit as it is (Grow only makes or stitches).
+      if (Block* back = pool->free.Find(rounded)) {
+        pool->free.Remove(back);
+        grown = back;
+        break;
+      }
       grown = Grow(pool, rounded);
     }
     if (!grown.ok()) {
@@ -540,6 +546,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
   for (auto& p : pools_) {
     p->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
       Arena* a = b->segment->arena;
       const auto [first, end] = WholeChunksIn(b);
       for (size_t q = first; q < end; q += a->chunk_pages[q]) {
@@ -652,6 +659,7 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
   std::vector<SizedChunk> keep;
   chunks.erase(std::remove_if(chunks.begin(), chunks.end(),
                               [&](const SizedChunk& c) {
+                                mu_.AssertHeld();  // held by our caller
                                 if (!dormant_count_.contains(c.handle)) {
                                   return false;
                                 }
@@ -955,6 +963,7 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
     pool->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
       if (b == keep_a || b == keep_b) return;
       const auto [first, end] = WholeChunksIn(b);
       if (end <= first) return;

@@ -340,7 +340,7 @@ void* gmlake_torch_malloc(ssize_t size, int device, void* stream) {
   return p;
 }
 
-void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
+void gmlake_torch_free(void* ptr, ssize_t /*size*/, int device,
                        void* /*stream*/) {
   if (gmlake::RefusedAfterFork()) {
     // A forked child dropping a tensor it inherited (a DataLoader worker's
@@ -355,9 +355,15 @@ void gmlake_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
     }
     return;
   }
-  if (gmlake_free(ptr) != 0) {
-    std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
+  // PyTorch names the device: only its allocator is asked.
+  gmlake::Allocator* a = Get();
+  if (a != nullptr) {
+    const absl::Status s =
+        a->Free(reinterpret_cast<gmlake::DevicePtr>(ptr), device);
+    if (s.ok()) return;
+    Fail(s);
   }
+  std::fprintf(stderr, "gmlake: %s\n", gmlake_last_error());
 }
 
 void gmlake_torch_record_stream(void* ptr, void* stream) {

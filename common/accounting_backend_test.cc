@@ -1,18 +1,16 @@
 // Copyright 2026 The GMLake Authors.
 //
 // What is particular to the accounting backend: fake addresses, no memory,
-// speed. Its shared behaviour with the host backend (same books, same errors)
-// is tested by tests/vmm_conformance.cc, which runs against both.
+// books that keep up with long replays. Its shared behaviour with the host
+// backend (same books, same errors) is tested by tests/vmm_conformance.cc,
+// which runs against both.
 
 #include "common/accounting_backend.h"
 
 #include <sys/stat.h>
 
-#include <cstdio>
 #include <vector>
 
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "common/vmm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -96,8 +94,11 @@ TEST(AccountingBackendTest, ExportImport) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// A trace replay does millions of these; the books must keep up.
-TEST(AccountingBackendTest, Fast) {
+// A trace replay does millions of these: many rounds of mapping a range
+// chunk by chunk, giving access and unmapping it leave the books balanced
+// and every call counted. (How fast the books are is a benchmark's
+// question, not a test's: bazel run -c opt //common:vmm_call_bench.)
+TEST(AccountingBackendTest, ManyMapRoundsBalanceTheBooks) {
   std::unique_ptr<AccountingBackend> acc = MakeAccounting();
   constexpr int kChunks = 1024;
   absl::StatusOr<DevicePtr> range = acc->ReserveRange(kChunks * kChunk);
@@ -105,26 +106,24 @@ TEST(AccountingBackendTest, Fast) {
   std::vector<ChunkHandle> chunks;
   for (int i = 0; i < kChunks; ++i)
     chunks.push_back(*acc->CreateChunk(0, kChunk));
-  const absl::Time start = absl::Now();
-  constexpr int kRounds = 100;
+  constexpr int kRounds = 20;
   for (int r = 0; r < kRounds; ++r) {
     for (int i = 0; i < kChunks; ++i) {
       const DevicePtr at = *range + ((i + r) % kChunks) * kChunk;
       ASSERT_TRUE(acc->Map(at, kChunk, chunks[i]).ok());
     }
+    ASSERT_EQ(acc->live_mappings(), static_cast<size_t>(kChunks));
     ASSERT_TRUE(acc->SetAccess(*range, kChunks * kChunk, {0}).ok());
     ASSERT_TRUE(acc->Unmap(*range, kChunks * kChunk).ok());
   }
-  const absl::Duration took = absl::Now() - start;
-  const double per_call =
-      absl::ToDoubleMicroseconds(took) / (kRounds * (kChunks + 2));
-  // About a microsecond per call on an idle machine. Reported, not
-  // asserted: on a loaded CI machine it was 30-67 us (timings belong in
-  // benchmarks).
-  std::printf("[ INFO     ] %.2f us per call\n", per_call);
   EXPECT_EQ(acc->call_stats().Count(VmmCall::kMap),
             static_cast<uint64_t>(kRounds * kChunks));
+  EXPECT_EQ(acc->call_stats().Count(VmmCall::kSetAccess),
+            static_cast<uint64_t>(kRounds));
+  EXPECT_EQ(acc->call_stats().Count(VmmCall::kUnmap),
+            static_cast<uint64_t>(kRounds));
   EXPECT_EQ(acc->live_mappings(), 0u);
+  EXPECT_EQ(acc->used_bytes(0), kChunks * kChunk);
 }
 
 }  // namespace

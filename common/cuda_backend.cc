@@ -737,7 +737,8 @@ absl::Status CudaBackend::DoUnmap(DevicePtr addr, size_t size) {
     }
   }
   // One driver call per chunk: the driver's contract is about whole mapped
-  // handles, and one call per chunk costs the same (../shared/notes).
+  // handles, and one call per chunk costs the same (docs/gpu.md, VMM call
+  // costs).
   for (size_t i = 0; i < taken.size(); ++i) {
     const auto& [at, m] = taken[i];
     absl::Status s = MakeCurrent(m.device);

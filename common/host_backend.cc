@@ -236,13 +236,7 @@ absl::Status HostBackend::DoWaitEventOnStream(StreamHandle /*stream*/,
 }
 
 absl::Status HostBackend::DoSyncEvent(EventHandle event) {
-  absl::StatusOr<absl::Time> done = books_.EventDoneAt(event);
-  if (!done.ok()) return done.status();
-  if (*done != absl::InfinitePast()) {
-    const absl::Duration left = *done - absl::Now();
-    if (left > absl::ZeroDuration()) absl::SleepFor(left);
-  }
-  return absl::OkStatus();
+  return books_.WaitForEvent(event);
 }
 
 // --- Memory access

@@ -81,6 +81,12 @@ class HostBackend : public VmmBackend {
   // Makes each later RecordEvent complete `delay` after it: QueryEvent says
   // false until then and SyncEvent sleeps until then. Zero: at once.
   void set_event_delay(absl::Duration delay) { books_.set_event_delay(delay); }
+  // Holds every later RecordEvent until FinishQueuedWork(), as streams busy
+  // until then: for tests whose outcome must not depend on the clock.
+  void HoldQueuedWork() { books_.HoldQueuedWork(); }
+  void FinishQueuedWork() { books_.FinishQueuedWork(); }
+  // Threads blocked in SyncEvent now.
+  int event_waiters() const { return books_.event_waiters(); }
 
   // Bytes of capacity in use on `device` (imported chunks count nothing).
   size_t used_bytes(int device) const { return books_.used_bytes(device); }

@@ -17,7 +17,17 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
+// GCC says ThreadSanitizer with __SANITIZE_THREAD__, Clang (--config=clang)
+// with __has_feature; the same choice must follow from both.
 #if defined(__SANITIZE_THREAD__)
+#define GMLAKE_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GMLAKE_THREAD_SANITIZER 1
+#endif
+#endif
+
+#if defined(GMLAKE_THREAD_SANITIZER)
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -25,7 +35,7 @@
 
 namespace gmlake {
 
-#if !defined(__SANITIZE_THREAD__)
+#if !defined(GMLAKE_THREAD_SANITIZER)
 
 using Mutex = absl::Mutex;
 using MutexLock = absl::MutexLock;
@@ -129,7 +139,7 @@ class Notification {
   bool notified_ = false;
 };
 
-#endif  // __SANITIZE_THREAD__
+#endif  // GMLAKE_THREAD_SANITIZER
 
 }  // namespace gmlake
 

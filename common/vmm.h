@@ -22,8 +22,8 @@
 // backend reports driver calls the same way.
 //
 // A chunk can only be mapped whole (the CUDA driver refuses a non-zero offset
-// into a handle: ../shared/notes/h200-vmm.md), so Map takes a chunk and maps
-// all of it.
+// into a handle; measured in docs/gpu.md, "What the VMM calls cost on an
+// H200"), so Map takes a chunk and maps all of it.
 
 #ifndef GMLAKE_COMMON_VMM_H_
 #define GMLAKE_COMMON_VMM_H_

@@ -437,10 +437,38 @@ absl::Status VmmBooks::RecordEvent(EventHandle event, StreamHandle /*stream*/) {
   }
   // Reading the clock only when a delay is set keeps the accounting
   // backend's replays free of it.
-  it->second.done_at = event_delay_ == absl::ZeroDuration()
-                           ? absl::InfinitePast()
-                           : absl::Now() + event_delay_;
+  if (hold_queued_work_) {
+    it->second.done_at = absl::InfiniteFuture();
+  } else {
+    it->second.done_at = event_delay_ == absl::ZeroDuration()
+                             ? absl::InfinitePast()
+                             : absl::Now() + event_delay_;
+  }
   return absl::OkStatus();
+}
+
+absl::Status VmmBooks::WaitForEvent(EventHandle event) {
+  MutexLock lock(&mu_);
+  ++event_waiters_;
+  absl::Status status;
+  while (true) {
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      status = absl::NotFoundError(absl::StrCat(
+          Prefix(), "event ", event,
+          " is not live (never created here, or destroyed already)"));
+      break;
+    }
+    const absl::Time done = it->second.done_at;
+    if (done == absl::InfinitePast() || absl::Now() >= done) break;
+    if (done == absl::InfiniteFuture()) {
+      event_done_.Wait(&mu_);
+    } else {
+      event_done_.WaitWithDeadline(&mu_, done);
+    }
+  }
+  --event_waiters_;
+  return status;
 }
 
 absl::StatusOr<absl::Time> VmmBooks::EventDoneAt(EventHandle event) {
@@ -457,6 +485,27 @@ absl::StatusOr<absl::Time> VmmBooks::EventDoneAt(EventHandle event) {
 void VmmBooks::set_event_delay(absl::Duration delay) {
   MutexLock lock(&mu_);
   event_delay_ = delay;
+}
+
+void VmmBooks::HoldQueuedWork() {
+  MutexLock lock(&mu_);
+  hold_queued_work_ = true;
+}
+
+void VmmBooks::FinishQueuedWork() {
+  MutexLock lock(&mu_);
+  hold_queued_work_ = false;
+  for (auto& [handle, record] : events_) {
+    if (record.done_at == absl::InfiniteFuture()) {
+      record.done_at = absl::InfinitePast();
+    }
+  }
+  event_done_.SignalAll();
+}
+
+int VmmBooks::event_waiters() const {
+  ReaderMutexLock lock(&mu_);
+  return event_waiters_;
 }
 
 // --- Totals

@@ -161,9 +161,20 @@ class VmmBooks {
   // When the work before the event's last record completes (InfinitePast
   // when never recorded, or recorded with no delay).
   absl::StatusOr<absl::Time> EventDoneAt(EventHandle event);
+  // Waits until the work before the event's last record completes.
+  absl::Status WaitForEvent(EventHandle event);
   // Makes every later record complete `delay` after it happens (for tests
   // of code that waits on events). Zero: at once.
   void set_event_delay(absl::Duration delay);
+  // For tests that must not depend on how fast the machine is: every later
+  // record completes only when FinishQueuedWork() is called, as if the
+  // streams were busy until then.
+  void HoldQueuedWork();
+  // Completes every event held by HoldQueuedWork, wakes their waiters and
+  // ends the hold.
+  void FinishQueuedWork();
+  // Threads waiting in WaitForEvent now (tests wait for a waiter to block).
+  int event_waiters() const;
 
   // --- Totals
   // -------------------------------------------------------------------
@@ -217,6 +228,9 @@ class VmmBooks {
   absl::btree_map<DevicePtr, MappingRecord> mappings_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<EventHandle, EventRecord> events_ ABSL_GUARDED_BY(mu_);
   absl::Duration event_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  bool hold_queued_work_ ABSL_GUARDED_BY(mu_) = false;
+  int event_waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  CondVar event_done_;  // signalled by FinishQueuedWork
 };
 
 // --- Chunk descriptors, shared by the emulated backends ----------------------

@@ -818,7 +818,8 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   absl::Time pressure_since = absl::InfiniteFuture();
   mu_.Lock();
   // Every exit unlocks, then runs what must run without the lock.
-  auto fail = [&](absl::Status status) -> absl::StatusOr<LeaseGrant> {
+  auto fail = [&](absl::Status status)
+                  ABSL_UNLOCK_FUNCTION(mu_) -> absl::StatusOr<LeaseGrant> {
     ++leases_failed_;
     NotePressureWaitLocked(pressure_since);
     mu_.Unlock();
@@ -893,7 +894,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     const uint64_t available = d.free + (reclaim_first ? 0 : room);
     if (available >= count) break;
     const uint64_t short_bytes = (count - available) * size;
-    auto describe = [&] {
+    auto describe = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return absl::StrFormat(
           "lease of %d chunks (%s) on device %d for %s: the lake has %s "
           "free and %s of capacity left (%s in all, %s leased to %d "
@@ -968,7 +969,8 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   const uint64_t to_create = count - clean.size() - dirty.size();
   d.creating += to_create;
   std::vector<ChunkHandle> dirty_handles;
-  auto assign = [&](uint64_t id, ChunkState state) {
+  auto assign = [&](uint64_t id,
+                    ChunkState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ChunkRec* c = chunks_.at(id).get();
     c->state = state;
     c->session = session;

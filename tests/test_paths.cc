@@ -17,15 +17,12 @@ std::string RunfilePath(const std::string& workspace_relative) {
 }
 
 std::string ShippedTracePath(const std::string& name) {
-  const std::string file = "/traces/" + name + ".trace.gz";
+  const std::string file = "traces/" + name + ".trace.gz";
   const char* srcdir = std::getenv("TEST_SRCDIR");
-  const std::string base = srcdir != nullptr ? srcdir : ".";
-  for (const std::string& p :
-       {base + "/shared" + file, base + "/gmlake/external/shared" + file,
-        "../shared" + file}) {
-    if (::access(p.c_str(), R_OK) == 0) return p;
-  }
-  return "";
+  // Under `bazel test` the runfiles; otherwise the checkout.
+  const std::string p =
+      srcdir != nullptr ? std::string(srcdir) + "/gmlake/" + file : file;
+  return ::access(p.c_str(), R_OK) == 0 ? p : "";
 }
 
 }  // namespace gmlake

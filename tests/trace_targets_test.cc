@@ -1,7 +1,7 @@
 // Copyright 2026 The GMLake Authors.
 //
 // The allocator's deterministic targets on every shipped trace
-// (../shared/traces): what it reserves, the smallest capacity it runs in,
+// (traces/): what it reserves, the smallest capacity it runs in,
 // and how few driver calls it makes once a run is in its steady state.
 // Replays on the accounting backend, whose books make the same decisions
 // as the host backend's (tools/replay.h).
@@ -28,7 +28,7 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
   const Case c = GetParam();
   const std::string path = ShippedTracePath(c.name);
   ASSERT_FALSE(path.empty())
-      << "trace " << c.name << " not found: is ../shared beside the checkout?";
+      << "trace " << c.name << " not found in traces/ of the checkout";
   absl::StatusOr<Trace> trace = LoadTrace(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
   ReplayConfig config;

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building GMLake needs from Debian's archive, and nothing when
 # it is all there already. Bazel 4.2.3 (WORKSPACE mode) with Debian's gRPC,
-# Protobuf, Abseil and GoogleTest; never downloads anything else
-# (../shared/notes/bazel-offline.md). python3-venv, python3-wheel and
-# patchelf build and test the wheel (packaging/); clang-14 and pkg-config
-# build the fuzzers (tests/fuzz/).
+# Protobuf, Abseil and GoogleTest, and Clang 14 for the lock checker
+# (--config=clang) and the fuzzers (tests/fuzz/, with pkg-config); never
+# downloads anything else (docs/building.md). python3-venv, python3-wheel
+# and patchelf build and test the wheel (packaging/).
 set -euo pipefail
 packages=(bazel-bootstrap bazel-rules-java libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev
-  zlib1g-dev nlohmann-json3-dev g++ python3 python3-yaml
-  python3-venv python3-wheel patchelf
-  clang-14 pkg-config)  # clang-14: libFuzzer for //tests/fuzz
+  zlib1g-dev nlohmann-json3-dev g++ clang clang-14 pkg-config python3
+  python3-yaml python3-venv python3-wheel patchelf)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

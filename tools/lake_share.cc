@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +22,7 @@
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "client/options.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/gmlake.grpc.pb.h"
@@ -45,6 +49,74 @@ struct NodeView {
   uint64_t created = 0;   // bytes of chunks gmlaked holds, all devices
   uint64_t capacity = 0;  // its capacity, all devices
   uint64_t pressure = 0;  // pressure requests sent so far
+};
+
+absl::StatusOr<v1::StatusResponse> DaemonStatus(v1::Lake::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  grpc::Status s = stub->Status(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("gmlaked Status: ", s.error_message()));
+  }
+  return resp;
+}
+
+// Samples gmlaked's Status on a thread of its own until destroyed: what the
+// node holds and what each client (known by its pid) holds.
+class LakeSampler {
+ public:
+  LakeSampler(v1::Lake::Stub* stub, std::vector<pid_t> clients,
+              absl::Duration every)
+      : stub_(stub), clients_(std::move(clients)), start_(absl::Now()) {
+    if (every > absl::ZeroDuration()) {
+      thread_ = std::thread([this, every] {
+        do {
+          Sample();
+        } while (!stop_.WaitForNotificationWithTimeout(every));
+        Sample();
+      });
+    }
+  }
+  ~LakeSampler() { Stop(); }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_.Notify();
+    thread_.join();
+  }
+  double Seconds() const { return absl::ToDoubleSeconds(absl::Now() - start_); }
+  // After Stop().
+  std::vector<LakeSample> Take() { return std::move(samples_); }
+
+ private:
+  void Sample() {
+    absl::StatusOr<v1::StatusResponse> st = DaemonStatus(stub_);
+    if (!st.ok()) return;  // a gap in the figure, not a failed run
+    LakeSample s;
+    s.seconds = Seconds();
+    for (const auto& d : st->devices()) {
+      s.node_bytes += d.created_bytes() + d.creating_bytes();
+    }
+    s.process_bytes.assign(clients_.size(), 0);
+    for (const auto& session : st->sessions()) {
+      for (size_t i = 0; i < clients_.size(); ++i) {
+        if (session.pid() == clients_[i]) {
+          s.process_bytes[i] += session.leased_bytes();
+        }
+      }
+    }
+    samples_.push_back(std::move(s));
+  }
+
+  v1::Lake::Stub* const stub_;
+  const std::vector<pid_t> clients_;
+  const absl::Time start_;
+  Notification stop_;
+  std::thread thread_;
+  std::vector<LakeSample> samples_;  // the thread's until Stop()
 };
 
 absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
@@ -217,13 +289,20 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
     }
     const uint64_t host_capacity =
         std::max<uint64_t>(result.capacity_bytes, uint64_t{64} << 30);
-    absl::StatusOr<std::unique_ptr<Subprocess>> d = Subprocess::Start(
-        {bin, "--backend=" + config.backend, "--socket=" + socket,
-         "--fd_socket=" + dir + "/fd.sock",
-         absl::StrCat("--capacity=", result.capacity_bytes),
-         absl::StrCat("--host_capacity=", host_capacity),
-         absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)},
-        /*pipes=*/false);
+    std::vector<std::string> argv = {
+        bin,
+        "--backend=" + config.backend,
+        "--socket=" + socket,
+        "--fd_socket=" + dir + "/fd.sock",
+        absl::StrCat("--capacity=", result.capacity_bytes),
+        absl::StrCat("--host_capacity=", host_capacity),
+        absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
+    if (config.reclaim_timeout > absl::ZeroDuration()) {
+      argv.push_back(absl::StrCat(
+          "--reclaim_timeout=", absl::FormatDuration(config.reclaim_timeout)));
+    }
+    absl::StatusOr<std::unique_ptr<Subprocess>> d =
+        Subprocess::Start(argv, /*pipes=*/false);
     if (!d.ok()) {
       return absl::Status(
           d.status().code(),
@@ -237,7 +316,10 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   auto stub = gmlake::v1::Lake::NewStub(channel);
   Progress(config.progress,
            absl::StrCat("lake: waiting for gmlaked at ", socket));
-  for (int i = 0; i < 500 && !Node(stub.get()).ok(); ++i) {
+  // A generous wait: gmlaked starts in well under a second when the
+  // machine is idle, but a busy one may take many times that.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!Node(stub.get()).ok() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   absl::StatusOr<NodeView> start = Node(stub.get());
@@ -264,11 +346,15 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   std::vector<uint64_t> process_peak(n, 0);
   size_t phase = 0;
   absl::Status failure;
+  std::vector<pid_t> pids;
+  for (const auto& c : clients) pids.push_back(c->pid());
+  LakeSampler sampler(stub.get(), pids, config.sample_every);
   for (int r = 0; r < config.rounds && failure.ok(); ++r) {
     for (size_t i = 0; i < n && failure.ok(); ++i, ++phase) {
       Progress(config.progress,
                absl::StrFormat("lake: round %d/%d, %s busy, %d others idle",
                                r + 1, config.rounds, names[i], n - 1));
+      const double started = sampler.Seconds();
       if (absl::Status s = clients[i]->Send("run"); !s.ok()) {
         failure = s;
         break;
@@ -300,11 +386,15 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       p.pressure_requests = node->pressure;
       p.floor_bytes = phase_floor[phase];
       p.seconds = d["seconds"].get<double>();
+      p.start_seconds = started;
       process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
       result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);
       result.phases.push_back(p);
     }
   }
+  sampler.Stop();
+  result.timeline = sampler.Take();
+  result.process_names = names;
   for (auto& c : clients) {
     c->Send("exit").IgnoreError();
     c->Wait(absl::Seconds(30)).IgnoreError();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace gmlake {
 
@@ -32,11 +33,18 @@ struct LakeShareConfig {
   uint64_t capacity = 0;
   // gmlaked reclaims cached memory before creating (--prefer_reclaim).
   bool prefer_reclaim = false;
+  // gmlaked's --reclaim_timeout, how long a lease waits for idle processes
+  // to give memory back (0: gmlaked's default). Tests on busy machines give
+  // it a margin.
+  absl::Duration reclaim_timeout = absl::ZeroDuration();
   std::string conf;     // GMLAKE_CONF for the clients' allocators
   std::string socket;   // an already running gmlaked; empty: start one
   std::string gmlaked;  // path of gmlaked (empty: beside this binary)
   std::string self;     // path of this binary, for the clients
   bool progress = true;
+  // How often the run samples gmlaked's Status for LakeShareResult's
+  // timeline (0: no timeline).
+  absl::Duration sample_every = absl::Milliseconds(20);
 };
 
 struct LakePhase {
@@ -48,6 +56,14 @@ struct LakePhase {
   uint64_t floor_bytes = 0;           // most live across processes in it
   uint64_t pressure_requests = 0;     // sent by gmlaked so far
   double seconds = 0;
+  double start_seconds = 0;  // since the first phase began
+};
+
+// The node and each process at one moment, from gmlaked's Status.
+struct LakeSample {
+  double seconds = 0;                   // since the first phase began
+  uint64_t node_bytes = 0;              // chunks gmlaked holds, all devices
+  std::vector<uint64_t> process_bytes;  // leased to each client, by index
 };
 
 struct LakeShareResult {
@@ -57,6 +73,8 @@ struct LakeShareResult {
   uint64_t sum_of_process_peaks_bytes = 0;
   uint64_t floor_bytes = 0;
   double node_peak_over_floor = 0;
+  std::vector<std::string> process_names;  // the clients' traces, by index
+  std::vector<LakeSample> timeline;        // every config.sample_every
 };
 
 // The floor and the capacity the benchmark would use, from the traces

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 # Copyright 2026 The GMLake Authors.
-"""Replays the start of a real allocation trace (../shared/traces) through
+"""Replays the start of a real allocation trace (traces) through
 libgmlake with its history recorded, and writes the snapshot memory_viz
 opens: GMLake's own alloc/free/segment_map/segment_unmap events on an H200
 training run's request stream, on the host backend (no GPU needed).
 
     PYTHONPATH=client/python python3 tools/memory_viz_demo.py \\
-        ../shared/traces/llama1b_lora_ckpt.trace.gz gmlake_snapshot.pickle \\
+        traces/llama1b_lora_ckpt.trace.gz gmlake_snapshot.pickle \\
         [--events 40000]
 """
 import argparse

@@ -23,6 +23,15 @@ struct ReplayConfig {
   bool time_ops = false;         // time every malloc/free
   // Check the allocator's books every this many events (0: never).
   uint64_t check_every = 0;
+  // Record what GMLake reserves at about this many evenly spaced points of
+  // the replay (0: none), for plots (ReplayResult::reserved_timeline).
+  size_t timeline_points = 0;
+};
+
+// GMLake's reserved bytes once `events` events of the trace had replayed.
+struct ReservedSample {
+  uint64_t events;
+  uint64_t reserved_bytes;
 };
 
 struct ReplayResult {
@@ -47,6 +56,8 @@ struct ReplayResult {
   // included in the figures above, as in PyTorch's pytorch_hotpath.py.
   double timer_ns_p50 = 0;
   double seconds = 0;
+  // With ReplayConfig::timeline_points: from 0 events to the last one.
+  std::vector<ReservedSample> reserved_timeline;
 };
 
 // Replays `trace` once with `capacity` bytes per device (0: none). Errors

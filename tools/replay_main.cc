@@ -3,15 +3,22 @@
 // gmlake-replay: replays real allocation traces through GMLake's allocator
 // and prints, per trace, what it needed beside what PyTorch needed.
 //
-//   gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]
+//   gmlake-replay [--capacity] [--baseline=FILE] [--json]
+//                 [--plot=FILE.svg | --plot_dir=DIR] [TRACE|DIR ...]
 //
-// With no trace named it replays ../shared/traces/*.trace.gz.
+// --plot draws one trace's memory over time as SVG (tools/memory_figure.h);
+// with --lake it draws the lake-share run.
+//
+// With no trace named it replays the repository's traces/*.trace.gz.
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -26,7 +33,9 @@
 #include "common/bytes.h"
 #include "nlohmann/json.hpp"
 #include "tools/lake_share.h"
+#include "tools/memory_figure.h"
 #include "tools/replay.h"
+#include "tools/svg_chart.h"
 #include "tools/trace.h"
 
 ABSL_FLAG(std::string, backend, "host",
@@ -62,6 +71,12 @@ ABSL_FLAG(std::string, gmlaked, "",
 ABSL_FLAG(bool, lake_plan, false,
           "--lake: only print the floor and the capacity it would use, as "
           "JSON (for starting gmlaked separately)");
+ABSL_FLAG(std::string, plot, "",
+          "write a figure of memory over time to this .svg file: of the one "
+          "trace replayed, or with --lake of the lake-share run");
+ABSL_FLAG(std::string, plot_dir, "",
+          "write a figure of memory over time for every trace replayed, as "
+          "DIR/<trace>.svg");
 ABSL_FLAG(bool, lake_client, false,
           "internal: run as one client process of --lake");
 
@@ -77,7 +92,11 @@ std::string Resolve(const std::string& path) {
 
 std::vector<std::string> TraceFiles(const std::vector<std::string>& args) {
   std::vector<std::string> in = args;
-  if (in.empty()) in.push_back("../shared/traces");
+  if (in.empty()) {
+    // The shipped traces: under `bazel run` in the workspace, else here.
+    const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+    in.push_back(ws != nullptr ? absl::StrCat(ws, "/traces") : "traces");
+  }
   std::vector<std::string> files;
   for (const std::string& a : in) {
     const std::string p = Resolve(a);
@@ -141,10 +160,21 @@ int LakeMain(const std::vector<std::string>& args) {
                 static_cast<unsigned long long>(plan->capacity_bytes));
     return 0;
   }
+  const std::string plot = Resolve(absl::GetFlag(FLAGS_plot));
+  if (plot.empty()) config.sample_every = absl::ZeroDuration();
   absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
   if (!r.ok()) {
     std::cerr << "\ngmlake-replay --lake: " << r.status().message() << "\n";
     return 1;
+  }
+  if (!plot.empty()) {
+    if (absl::Status s = WriteSvg(plot, RenderSvg(LakeMemoryChart(*r)));
+        !s.ok()) {
+      std::cerr << "gmlake-replay --lake --plot: " << s.message() << "\n";
+      return 1;
+    }
+    std::cerr << "gmlake-replay: figure of the lake-share run: " << plot
+              << "\n";
   }
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json out;
@@ -195,8 +225,10 @@ int LakeMain(const std::vector<std::string>& args) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "gmlake-replay [--capacity] [--baseline=FILE] [--json] [TRACE|DIR ...]\n"
-      "gmlake-replay --lake [--lake_rounds=N] TRACE TRACE [...]");
+      "gmlake-replay [--capacity] [--baseline=FILE] [--json]\n"
+      "              [--plot=FILE.svg | --plot_dir=DIR] [TRACE|DIR ...]\n"
+      "gmlake-replay --lake [--lake_rounds=N] [--plot=FILE.svg] TRACE TRACE "
+      "[...]");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   if (absl::GetFlag(FLAGS_lake_client)) {
@@ -229,6 +261,20 @@ int Main(int argc, char** argv) {
     std::cerr << "gmlake-replay: no traces found\n";
     return 2;
   }
+  const std::string plot = Resolve(absl::GetFlag(FLAGS_plot));
+  const std::string plot_dir = Resolve(absl::GetFlag(FLAGS_plot_dir));
+  if (!plot.empty() && files.size() != 1) {
+    std::cerr << "gmlake-replay: --plot=FILE draws one trace and "
+              << files.size()
+              << " were given; use --plot_dir=DIR for one figure each\n";
+    return 2;
+  }
+  if (!plot_dir.empty() && ::mkdir(plot_dir.c_str(), 0755) != 0 &&
+      errno != EEXIST) {
+    std::cerr << "gmlake-replay: --plot_dir: cannot make " << plot_dir << ": "
+              << std::strerror(errno) << "\n";
+    return 2;
+  }
   const bool json = absl::GetFlag(FLAGS_json);
   const bool bisect = absl::GetFlag(FLAGS_capacity);
   if (!json) {
@@ -258,6 +304,11 @@ int Main(int argc, char** argv) {
     config.conf = absl::GetFlag(FLAGS_conf);
     config.time_ops = true;
     config.check_every = absl::GetFlag(FLAGS_check_every);
+    const std::string figure =
+        !plot.empty()       ? plot
+        : !plot_dir.empty() ? absl::StrCat(plot_dir, "/", trace->name, ".svg")
+                            : "";
+    if (!figure.empty()) config.timeline_points = 1000;
     absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, config, 0);
     if (!r.ok() || !r->completed) {
       std::cerr << "\ngmlake-replay: " << trace->name << ": "
@@ -331,6 +382,32 @@ int Main(int argc, char** argv) {
           out[who][std::string(key).substr(0, std::string(key).size() - 6) +
                    "_over_live"] = v / b["peak_live_bytes"].get<double>();
         }
+      }
+    }
+    if (!figure.empty()) {
+      PyTorchPeaks peaks;
+      if (baseline.contains(trace->name)) {
+        const nlohmann::json& b = baseline[trace->name];
+        auto peak = [&](const char* who) -> uint64_t {
+          if (!b.contains(who) || !b[who].contains("peak_reserved_bytes")) {
+            return 0;
+          }
+          return b[who]["peak_reserved_bytes"].get<uint64_t>();
+        };
+        peaks.native_reserved = peak("pytorch_native");
+        peaks.expandable_reserved = peak("pytorch_expandable_segments");
+      }
+      absl::Status s = WriteSvg(
+          figure,
+          RenderSvg(TraceMemoryChart(*trace, r->reserved_timeline, peaks)));
+      if (!s.ok()) {
+        std::cerr << "\ngmlake-replay: --plot: " << s.message() << "\n";
+        ++failures;
+      } else {
+        out["figure"] = figure;
+        Progress("");
+        std::cerr << "gmlake-replay: figure of " << trace->name << ": "
+                  << figure << "\n";
       }
     }
     Progress("");

@@ -29,7 +29,7 @@ targets=(
 )
 targets+=("$@")
 
-bazel build --config=ci "${targets[@]}"
+bazel build --config=ci -c opt "${targets[@]}"
 
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib

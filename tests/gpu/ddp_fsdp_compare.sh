@@ -4,7 +4,7 @@
 # On the GPU machine (two GPUs: kind nvidia-h200-x2, carry [".gpu"] after
 # tests/gpu/bundle_python.sh here), from the repository root:
 #   bash tests/gpu/ddp_fsdp_compare.sh            # RUNS=3 by default
-# DDP (../shared/workloads/ddp_train.py) and FSDP2 (fsdp_compare.py), each on
+# DDP (workloads/ddp_train.py) and FSDP2 (fsdp_compare.py), each on
 # two ranks with torch.distributed.run, with PyTorch's allocator and with
 # GMLake, RUNS times, interleaved. GMLake comes from the wheel in a fresh
 # venv and is enabled by the launcher around the unedited scripts, which run

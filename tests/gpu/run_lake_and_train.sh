@@ -4,10 +4,9 @@
 # On the GPU machine: (1) the lake-share benchmark with gmlaked on the cuda
 # backend (real chunks exported as descriptors, imported by three client
 # processes); (2) real Llama training with each allocator
-# (../shared/workloads/llama_train.py --allocator native|expandable|gmlake,
+# (workloads/llama_train.py --allocator native|expandable|gmlake,
 # same seed, same batches). Needs the bundle:
 #   tests/gpu/build_bundle.sh //tools:gmlake-replay //client:libgmlake.so //daemon:gmlaked
-#   plus .gpu/traces and .gpu/workloads (see run_replay.sh).
 set -uo pipefail
 root="$(pwd)"
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-gpu.XXXXXX)}"
@@ -17,15 +16,15 @@ ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 echo "== lake-share on the cuda backend"
 timeout 240 .gpu/bin/gmlake-replay --lake --backend=cuda --progress=false \
-  --gmlaked=.gpu/bin/gmlaked .gpu/traces/llama1b_full_ckpt.trace.gz \
-  .gpu/traces/llama1b_infer.trace.gz .gpu/traces/llama1b_lora_ckpt.trace.gz 2>&1 | tee "${OUT}/lake_cuda.txt"
+  --gmlaked=.gpu/bin/gmlaked traces/llama1b_full_ckpt.trace.gz \
+  traces/llama1b_infer.trace.gz traces/llama1b_lora_ckpt.trace.gz 2>&1 | tee "${OUT}/lake_cuda.txt"
 
 echo "== llama_train.py, three allocators"
 export PYTHONPATH="${root}/client/python${PYTHONPATH:+:${PYTHONPATH}}"
 export GMLAKE_LIB="${root}/.gpu/bin/libgmlake.so"
 for mode in lora_ckpt full_ckpt; do
   for a in native expandable gmlake; do
-    timeout 200 python3 .gpu/workloads/llama_train.py --allocator "$a" --model llama1b \
+    timeout 200 python3 workloads/llama_train.py --allocator "$a" --model llama1b \
       --mode "$mode" --steps "${STEPS:-10}" 2>&1 | grep -E "RESULT|Error|error|gmlake:" | tail -3 \
       | tee -a "${OUT}/train.txt"
   done

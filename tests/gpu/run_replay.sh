@@ -4,11 +4,10 @@
 # On the GPU machine: replays the shipped traces through the allocator on the
 # cuda backend (real chunks, real mappings on the H200), and in the same call
 # times PyTorch's own allocator on the same request streams
-# (../shared/workloads/pytorch_hotpath.py, copied into .gpu/workloads) and
-# checks libgmlake.so as PyTorch's pluggable allocator. Needs the bundle:
+# (workloads/pytorch_hotpath.py) and checks libgmlake.so as PyTorch's
+# pluggable allocator. The traces and workloads come with the checkout; it
+# needs the bundle:
 #   tests/gpu/build_bundle.sh //tools:gmlake-replay //client:libgmlake.so
-#   mkdir -p .gpu/traces .gpu/workloads && cp ../shared/traces/* .gpu/traces/ \
-#     && cp ../shared/workloads/*.py .gpu/workloads/
 # Writes JSON lines to $OUT (default a temp dir) and prints the tables.
 set -uo pipefail
 root="$(pwd)"
@@ -18,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 echo "== gmlake-replay, cuda backend (measured run), accounting (bisection)"
 .gpu/bin/gmlake-replay --backend=cuda --capacity --json --progress=false \
-  --baseline=.gpu/traces/baselines.json .gpu/traces > "${OUT}/replay_cuda.jsonl"
+  --baseline=traces/baselines.json traces > "${OUT}/replay_cuda.jsonl"
 python3 - "${OUT}/replay_cuda.jsonl" <<'PY'
 import json, sys
 print("%-22s %9s %9s %9s %8s %8s %9s %12s %11s" % ("trace", "res/live", "cap/live", "native", "calls",
@@ -34,9 +33,9 @@ PY
 
 echo "== PyTorch's allocator on the same requests (pytorch_hotpath.py)"
 for conf in "" "expandable_segments:True"; do
-  PYTORCH_CUDA_ALLOC_CONF="${conf}" timeout 240 python3 .gpu/workloads/pytorch_hotpath.py \
-    .gpu/traces/llama1b_lora_ckpt.trace.gz .gpu/traces/llama1b_infer.trace.gz \
-    .gpu/traces/llama3b_full_ckpt.trace.gz 2>&1 | grep -E "HOT|Error|error" | tee -a "${OUT}/pytorch_hotpath.txt"
+  PYTORCH_CUDA_ALLOC_CONF="${conf}" timeout 240 python3 workloads/pytorch_hotpath.py \
+    traces/llama1b_lora_ckpt.trace.gz traces/llama1b_infer.trace.gz \
+    traces/llama3b_full_ckpt.trace.gz 2>&1 | grep -E "HOT|Error|error" | tee -a "${OUT}/pytorch_hotpath.txt"
 done
 
 echo "== libgmlake.so as PyTorch's pluggable allocator"

@@ -1,7 +1,7 @@
 # Copyright 2026 The GMLake Authors.
 """Interleaved training benchmark: allocators A B C A B C ..., same batches.
 
-Runs ../shared/workloads/llama_train.py (copied to .gpu/workloads) once per
+Runs workloads/llama_train.py (copied to .gpu/workloads) once per
 (repetition, allocator), each in a fresh process, and prints a table with
 every run and the medians, plus GMLake's own counters (host waits, stitches,
 driver calls) read from gmlake.memory_stats() at the end of each gmlake run.

@@ -25,6 +25,11 @@
 namespace gmlake {
 namespace testing {
 
+// How long a test waits for what should happen soon (a session ending, a
+// connection closing, a client answering): only a hang uses it up, so a
+// busy machine never fails a test by being slow.
+constexpr absl::Duration kPatience = absl::Seconds(30);
+
 // A running gmlaked.
 class Daemon {
  public:

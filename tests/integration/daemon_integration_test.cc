@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,7 +116,10 @@ TEST(DaemonIntegration, SeveralClientsLeaseWriteReturnAndTheBooksBalance) {
   EXPECT_EQ(st->devices(0).free_chunks(), 13u);
 }
 
-TEST(DaemonIntegration, KilledClientsChunksComeBackWithinASecond) {
+// At once: the session ends when its connections close, without waiting
+// for the liveness poll. (How long that takes on an idle machine is
+// printed, not asserted: timings belong in benchmarks.)
+TEST(DaemonIntegration, KilledClientsChunksComeBack) {
   std::unique_ptr<Daemon> d = StartDaemon({"--capacity=16MiB"});
   ASSERT_NE(d, nullptr);
   std::unique_ptr<ClientProcess> a = StartClient(d.get(), {"--name=victim"});
@@ -129,9 +133,10 @@ TEST(DaemonIntegration, KilledClientsChunksComeBackWithinASecond) {
       [](const v1::StatusResponse& s) {
         return s.sessions_size() == 0 && s.devices(0).leased_chunks() == 0;
       },
-      absl::Seconds(1));
+      kPatience);
   ASSERT_OK(st);
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(1));
+  std::cout << "[ INFO ] the killed client's chunks were back in "
+            << absl::Now() - killed << std::endl;
   EXPECT_EQ(st->devices(0).free_chunks(), 8u);
   ASSERT_BOOKS(d);
   // Either the session ended (its fd socket closed or its Watch stream
@@ -166,7 +171,7 @@ TEST(DaemonIntegration,
   a->Kill(SIGKILL);
   ASSERT_OK(d->WaitFor(
       [](const v1::StatusResponse& s) { return s.sessions_size() == 0; },
-      absl::Seconds(1)));
+      kPatience));
 
   // uid 65534 connects as itself (SO_PEERCRED) and must get the same eight
   // chunks (the capacity is eight), zeroed.
@@ -232,7 +237,7 @@ TEST(DaemonIntegration, OverQuotaIsAClearErrorAndTheDaemonGoesOn) {
 
 TEST(DaemonIntegration, PressureMakesAnIdleClientReturnSoABusyOneGetsMemory) {
   std::unique_ptr<Daemon> d =
-      StartDaemon({"--capacity=16MiB", "--reclaim_timeout=5s"});
+      StartDaemon({"--capacity=16MiB", "--reclaim_timeout=60s"});
   ASSERT_NE(d, nullptr);
   // The idle client keeps up to 4 returned chunks for reuse.
   std::unique_ptr<ClientProcess> idle =
@@ -248,9 +253,7 @@ TEST(DaemonIntegration, PressureMakesAnIdleClientReturnSoABusyOneGetsMemory) {
   EXPECT_EQ(*held, "6 2");
   ASSERT_BOOKS(d);
 
-  const absl::Time start = absl::Now();
-  ASSERT_OK(busy->Command("acquire 0 5"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_OK(busy->Command("acquire 0 5", kPatience));
   // 2 idle chunks went first, then the handler gave 3 of its 6.
   held = idle->Command("held 0");
   ASSERT_OK(held);
@@ -360,11 +363,9 @@ TEST(DaemonIntegration, SigtermShutsDownCleanlyAndClientsKeepWhatTheyHold) {
   std::unique_ptr<ClientProcess> c = StartClient(d.get());
   ASSERT_OK(c->Command("acquire 0 4"));
   ASSERT_OK(c->Command("fill 0 119"));
-  const absl::Time stop = absl::Now();
-  absl::StatusOr<int> code = d->Stop(SIGTERM, absl::Seconds(5));
+  absl::StatusOr<int> code = d->Stop(SIGTERM, kPatience);
   ASSERT_OK(code);
   EXPECT_EQ(*code, 0);
-  EXPECT_LT(absl::Now() - stop, absl::Seconds(1.5));
   EXPECT_NE(::access(d->socket().c_str(), F_OK), 0);
   EXPECT_NE(::access(d->fd_socket().c_str(), F_OK), 0);
   const std::string log = d->Log();
@@ -373,7 +374,7 @@ TEST(DaemonIntegration, SigtermShutsDownCleanlyAndClientsKeepWhatTheyHold) {
 
   // The client notices, keeps its memory, and refuses new leases clearly.
   absl::StatusOr<std::string> s;
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + kPatience;
   do {
     s = c->Command("status");
   } while (s.ok() && absl::Now() < deadline &&

@@ -126,8 +126,13 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
     if (!s.ok()) return s;
     return std::string();
   }
+  size_t devices = 0;
+  {
+    MutexLock l(&mu);
+    devices = held.size();
+  }
   if (cmd != "pressure" && cmd != "status" &&
-      (device < 0 || device >= static_cast<int>(held.size()))) {
+      (device < 0 || device >= static_cast<int>(devices))) {
     return absl::InvalidArgumentError("bad device");
   }
   if (cmd == "malloc" || cmd == "usage") {

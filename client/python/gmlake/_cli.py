@@ -9,7 +9,7 @@ def _exec(name):
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
     if not os.path.exists(path):
         print(f"gmlake: {name} is not part of this installation (no {path}); "
-              "it comes with the gmlake wheel (bazel build //:wheel), or run "
+              "it comes with the gmlake wheel (bazel build -c opt //:wheel), or run "
               f"the checkout's bazel-bin binary", file=sys.stderr)
         raise SystemExit(127)
     os.execv(path, [path] + sys.argv[1:])

@@ -23,7 +23,7 @@ def _candidates():
         os.path.join(here, "libgmlake.so"),
         # Bazel runfiles: client/python/gmlake -> client/libgmlake.so.
         os.path.join(here, "..", "..", "libgmlake.so"),
-        # A checkout with `bazel build //client:libgmlake.so`.
+        # A checkout with `bazel build -c opt //client:libgmlake.so`.
         os.path.join(here, "..", "..", "..", "bazel-bin", "client", "libgmlake.so"),
     ]
 
@@ -37,7 +37,7 @@ def library_path():
         "gmlake: libgmlake.so not found (looked in: "
         + ", ".join(c for c in _candidates() if c)
         + "); install the gmlake wheel, build it with "
-        "`bazel build //client:libgmlake.so`, or set GMLAKE_LIB")
+        "`bazel build -c opt //client:libgmlake.so`, or set GMLAKE_LIB")
 
 
 def _declare(lib):
