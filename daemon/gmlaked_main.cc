@@ -108,6 +108,10 @@ ABSL_FLAG(bool, export_on_demand, true,
           "H200) instead of keeping one open per chunk, so that the "
           "daemon's descriptors do not grow with the lake.");
 ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
+ABSL_FLAG(std::string, testonly_scrub_gate, "",
+          "Tests only: a lease that must zero chunks first waits (at most "
+          "60 s) until this file exists, so a test can act while the lease "
+          "is in flight.");
 
 namespace gmlake {
 namespace {
@@ -333,6 +337,15 @@ absl::Status Run(const ServiceNotifier& notifier) {
   if (lo.release.idle_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--release_idle must be 0 (never) or a positive duration");
+  }
+  if (const std::string gate = absl::GetFlag(FLAGS_testonly_scrub_gate);
+      !gate.empty()) {
+    lo.testonly_before_lease_scrub = [gate] {
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (::access(gate.c_str(), F_OK) != 0 && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    };
   }
   const std::string grpc_path = absl::GetFlag(FLAGS_socket);
   const std::string mode_text = absl::GetFlag(FLAGS_socket_mode);

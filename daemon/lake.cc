@@ -447,10 +447,9 @@ uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
   const std::string label =
       SessionLabel(s->id, s->name, s->bound ? s->peer.pid : s->claimed_pid);
 
-  uint64_t delivered = 0;
-  for (uint64_t id : s->chunks) {
-    if (chunks_.at(id)->state == ChunkState::kLeased) ++delivered;
-  }
+  // Its leases in flight are not its chunks yet: they put theirs back
+  // themselves when they find the session gone.
+  const uint64_t delivered = s->chunks.size();
   if (kind == EndKind::kOther && s->bound && delivered > 0 &&
       ProcessAliveLocked(*s)) {
     // The process may still have these chunks mapped: leasing them to
@@ -474,11 +473,16 @@ uint64_t Lake::EndSessionLocked(uint64_t session, absl::string_view reason,
 
 uint64_t Lake::ReleaseSessionChunksLocked(Session* s) {
   uint64_t returned = 0;
-  // Chunks being scrubbed for a lease in flight stay with that lease, which
-  // frees them when it finds the session gone (they are mid-write).
   for (uint64_t id : s->chunks) {
-    ChunkRec* c = chunks_.at(id).get();
-    if (c->state != ChunkState::kLeased) continue;
+    ChunkRec* c = FindChunkLocked(id);
+    if (c == nullptr || c->state != ChunkState::kLeased ||
+        c->session != s->id) {
+      Errorf(
+          "internal error: chunk %d listed under session %d is not leased "
+          "to it; left alone",
+          id, s->id);
+      continue;
+    }
     Device& d = devices_[c->device];
     --d.leased;
     ++d.free;
@@ -491,15 +495,9 @@ uint64_t Lake::ReleaseSessionChunksLocked(Session* s) {
   reclaimed_bytes_ += returned;
   s->chunks.clear();
   s->leased_chunks_by_device.clear();
-  // The whole session's bytes (chunks, and any still being created or
-  // scrubbed for it) leave its uid's account.
-  if (s->bound) {
-    auto u = uid_bytes_.find(s->peer.uid);
-    if (u != uid_bytes_.end()) {
-      u->second -= std::min(u->second, s->leased_bytes);
-      if (u->second == 0) uid_bytes_.erase(u);
-    }
-  }
+  // The granted bytes leave its uid's account; a lease still in flight
+  // takes its own off when it finishes.
+  if (s->bound) UnchargeUidLocked(s->peer.uid, s->leased_bytes);
   s->leased_bytes = 0;
   freed_.SignalAll();
   return returned;
@@ -551,11 +549,11 @@ int Lake::CheckLiveness() {
     // A pidfd becomes readable when its process exits.
     if (!polls.empty() && ::poll(polls.data(), polls.size(), 0) > 0) {
       for (size_t i = 0; i < polls.size(); ++i) {
-        if (polls[i].revents != 0) {
+        auto it = sessions_.find(poll_ids[i]);
+        if (polls[i].revents != 0 && it != sessions_.end()) {
           to_end.emplace_back(
               poll_ids[i],
-              absl::StrCat("process ", sessions_.at(poll_ids[i])->peer.pid,
-                           " exited"));
+              absl::StrCat("process ", it->second->peer.pid, " exited"));
         }
       }
     }
@@ -571,8 +569,10 @@ int Lake::CheckLiveness() {
       if (s->chunks.empty() || !ProcessAliveLocked(*s)) done.push_back(id);
     }
     for (uint64_t id : done) {
-      std::unique_ptr<Session> s = std::move(orphans_.at(id));
-      orphans_.erase(id);
+      auto it = orphans_.find(id);
+      if (it == orphans_.end()) continue;
+      std::unique_ptr<Session> s = std::move(it->second);
+      orphans_.erase(it);
       const uint64_t bytes = ReleaseSessionChunksLocked(s.get());
       Logf("%s: process %d exited; %s of its ended session back in the lake",
            SessionLabel(id, s->name, s->peer.pid), s->peer.pid,
@@ -588,16 +588,18 @@ int Lake::CheckLiveness() {
       }
       for (uint64_t lease : expired) {
         uint64_t bytes = 0;
-        for (uint64_t cid : s->unclaimed[lease].chunk_ids) {
-          auto c = chunks_.find(cid);
-          if (c == chunks_.end() || c->second->session != id ||
-              c->second->state != ChunkState::kLeased) {
+        auto pending = s->unclaimed.find(lease);
+        if (pending == s->unclaimed.end()) continue;
+        for (uint64_t cid : pending->second.chunk_ids) {
+          ChunkRec* c = FindChunkLocked(cid);
+          if (c == nullptr || c->session != id ||
+              c->state != ChunkState::kLeased) {
             continue;
           }
-          bytes += devices_[c->second->device].config.chunk_size;
-          FreeChunkLocked(c->second.get(), c->second->last_uid);
+          bytes += devices_[c->device].config.chunk_size;
+          FreeChunkLocked(c, c->last_uid);
         }
-        s->unclaimed.erase(lease);
+        s->unclaimed.erase(pending);
         lease_owner_.erase(lease);
         Warnf("%s: lease %d was not claimed within %s; %s back in the lake",
               SessionLabel(id, s->name, s->peer.pid), lease,
@@ -612,25 +614,18 @@ int Lake::CheckLiveness() {
 // --- Chunks ------------------------------------------------------------------
 
 void Lake::FreeChunkLocked(ChunkRec* c, int64_t last_uid) {
+  // Only a granted chunk: one in flight belongs to its lease, a free one is
+  // free already.
+  if (c->state != ChunkState::kLeased) return;
   Device& d = devices_[c->device];
-  if (c->state == ChunkState::kLeased) {
-    --d.leased;
-  } else if (c->state == ChunkState::kScrubbing) {
-    --d.scrubbing;
-  } else {
-    return;  // free already
-  }
+  --d.leased;
   if (Session* s = AnySessionLocked(c->session); s != nullptr) {
     s->chunks.erase(c->id);
     const size_t size = d.config.chunk_size;
     s->leased_bytes -= std::min<uint64_t>(s->leased_bytes, size);
     auto& n = s->leased_chunks_by_device[c->device];
     if (n > 0) --n;
-    auto u = uid_bytes_.find(s->peer.uid);
-    if (u != uid_bytes_.end()) {
-      u->second -= std::min<uint64_t>(u->second, size);
-      if (u->second == 0) uid_bytes_.erase(u);
-    }
+    UnchargeUidLocked(s->peer.uid, size);
   }
   c->state = ChunkState::kFree;
   c->session = 0;
@@ -658,14 +653,23 @@ void Lake::TakeFreeLocked(int device, int64_t uid, uint64_t n,
                           std::vector<uint64_t>* clean,
                           std::vector<uint64_t>* dirty) {
   Device& d = devices_[device];
-  auto take_from = [&](int64_t from_uid) {
+  auto take_from = [&](int64_t from_uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = d.free_by_uid.find(from_uid);
     if (it == d.free_by_uid.end()) return;
     std::vector<uint64_t>& list = it->second;
     const bool scrub = NeedsScrub(from_uid, uid);
     while (!list.empty() && clean->size() + dirty->size() < n) {
-      (scrub ? dirty : clean)->push_back(list.back());
+      const uint64_t id = list.back();
       list.pop_back();
+      const ChunkRec* c = FindChunkLocked(id);
+      if (c == nullptr || c->state != ChunkState::kFree) {
+        Errorf(
+            "internal error: chunk %d on a free list is not free; dropped "
+            "from the list",
+            id);
+        continue;
+      }
+      (scrub ? dirty : clean)->push_back(id);
       --d.free;
     }
     if (list.empty()) d.free_by_uid.erase(it);
@@ -797,7 +801,9 @@ std::vector<uint64_t> Lake::SendPressureLocked(
     }
   }
   for (size_t i = 0; i < asked.size(); ++i) {
-    Session* s = sessions_.at(asked[i]).get();
+    auto it = sessions_.find(asked[i]);
+    if (it == sessions_.end()) continue;
+    Session* s = it->second.get();
     after->sends.emplace_back(s->sink,
                               Pressure{device, asked_bytes[i], reason});
     ++pressure_sent_;
@@ -813,86 +819,124 @@ std::vector<uint64_t> Lake::SendPressureLocked(
 absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
                                        uint64_t count) {
-  Aftermath after;
-  // Since when this lease asked others for memory (never: InfiniteFuture).
-  absl::Time pressure_since = absl::InfiniteFuture();
-  mu_.Lock();
-  // Every exit unlocks, then runs what must run without the lock.
-  auto fail = [&](absl::Status status)
-                  ABSL_UNLOCK_FUNCTION(mu_) -> absl::StatusOr<LeaseGrant> {
-    ++leases_failed_;
-    NotePressureWaitLocked(pressure_since);
-    mu_.Unlock();
-    after.Run(backend_);
-    return status;
-  };
-  absl::StatusOr<Session*> found = FindLocked(session, token);
-  if (!found.ok()) return fail(found.status());
-  Session* s = *found;
-  if (!s->bound) {
-    return fail(absl::FailedPreconditionError(absl::StrFormat(
-        "session %d is not bound: connect to the fd socket %s and bind it "
-        "before leasing",
-        session, options_.fd_socket_path)));
-  }
-  if (device < 0 || device >= static_cast<int>(devices_.size())) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-        "device %d does not exist: gmlaked serves devices 0..%d", device,
-        devices_.size() - 1)));
-  }
-  if (count == 0) {
-    return fail(absl::InvalidArgumentError("a lease of 0 chunks"));
-  }
-  const size_t size = devices_[device].config.chunk_size;
-  const std::string label = SessionLabel(session, s->name, s->peer.pid);
-  if (count > devices_[device].capacity_chunks) {
-    return fail(absl::ResourceExhaustedError(absl::StrFormat(
-        "lease of %d chunks (%s) on device %d is more than the lake's whole "
-        "capacity there, %d chunks (%s, --capacity)",
-        count, FormatBytes(count * size), device,
-        devices_[device].capacity_chunks,
-        FormatBytes(devices_[device].capacity_chunks * size))));
-  }
-  const uint64_t bytes = count * size;
-  const int64_t uid = s->peer.uid;
-  const absl::Time deadline = absl::Now() + options_.reclaim_timeout;
-  std::vector<uint64_t> asked;
-  std::vector<uint64_t> asked_reports;
-  // With prefer_reclaim, capacity left counts only once the others have
-  // been asked for what they cache.
-  bool reclaim_first = options_.prefer_reclaim;
+  LeaseWait wait;
+  wait.deadline = absl::Now() + options_.reclaim_timeout;
+  wait.reclaim_first = options_.prefer_reclaim;
+  InFlightLease lease;
+  // Every step holds the lock in its own scope; pressure requests and
+  // session hooks run between steps, without it.
   for (;;) {
-    if (shutting_down_) {
-      return fail(absl::UnavailableError("gmlaked is shutting down"));
+    Aftermath after;
+    absl::StatusOr<bool> reserved;
+    {
+      MutexLock lock(&mu_);
+      reserved = AdmitLeaseLocked(session, token, device, count, &wait, &lease,
+                                  &after);
+      if (!reserved.ok()) {
+        ++leases_failed_;
+        NotePressureWaitLocked(wait.pressure_since);
+      }
     }
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) {
-      return fail(absl::AbortedError(
-          absl::StrFormat("session %d ended while its lease waited", session)));
+    after.Run(backend_);
+    if (!reserved.ok()) return reserved.status();
+    if (*reserved) break;
+  }
+
+  // The slow work, without the lock: the chunks are the lease's alone
+  // (reserved or scrubbing), so nothing else touches them meanwhile.
+  if (!lease.dirty.empty() && options_.testonly_before_lease_scrub) {
+    options_.testonly_before_lease_scrub();
+  }
+  absl::Status scrubbed = Scrub(lease.device, lease.dirty_handles);
+  std::vector<std::unique_ptr<ChunkRec>> made;
+  absl::Status created = absl::OkStatus();
+  if (scrubbed.ok()) {
+    created = CreateChunks(lease.device, lease.to_create, &made);
+  }
+  // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
+  // when the daemon is out of descriptors, that is the cause to name.
+  const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();
+
+  MutexLock lock(&mu_);
+  absl::StatusOr<LeaseGrant> grant =
+      FinishLeaseLocked(&lease, scrubbed, created, fds, std::move(made));
+  NotePressureWaitLocked(wait.pressure_since);
+  return grant;
+}
+
+absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
+                                            absl::string_view token, int device,
+                                            uint64_t count, LeaseWait* wait,
+                                            InFlightLease* lease,
+                                            Aftermath* after) {
+  for (;;) {
+    if (shutting_down_)
+      return absl::UnavailableError("gmlaked is shutting down");
+    absl::StatusOr<Session*> found = FindLocked(session, token);
+    if (!found.ok()) {
+      if (wait->admitted_once &&
+          found.status().code() == absl::StatusCode::kNotFound) {
+        return absl::AbortedError(absl::StrFormat(
+            "session %d ended while its lease waited", session));
+      }
+      return found.status();
     }
-    s = it->second.get();
+    wait->admitted_once = true;
+    Session* s = *found;
+    if (!s->bound) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "session %d is not bound: connect to the fd socket %s and bind it "
+          "before leasing",
+          session, options_.fd_socket_path));
+    }
+    if (device < 0 || device >= static_cast<int>(devices_.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "device %d does not exist: gmlaked serves devices 0..%d", device,
+          devices_.size() - 1));
+    }
+    if (count == 0) return absl::InvalidArgumentError("a lease of 0 chunks");
+    Device& d = devices_[device];
+    const size_t size = d.config.chunk_size;
+    const std::string label = SessionLabel(session, s->name, s->peer.pid);
+    if (count > d.capacity_chunks) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "lease of %d chunks (%s) on device %d is more than the lake's whole "
+          "capacity there, %d chunks (%s, --capacity)",
+          count, FormatBytes(count * size), device, d.capacity_chunks,
+          FormatBytes(d.capacity_chunks * size)));
+    }
+    const uint64_t bytes = count * size;
+    const int64_t uid = s->peer.uid;
     // Quotas count what the session and uid hold, including leases of
     // theirs still in flight.
+    const uint64_t session_bytes = s->leased_bytes + s->in_flight_bytes;
     if (options_.session_quota_bytes > 0 &&
-        s->leased_bytes + bytes > options_.session_quota_bytes) {
-      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+        session_bytes + bytes > options_.session_quota_bytes) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
           "lease of %s would put %s at %s, over its quota of %s "
           "(--session_quota)",
-          FormatBytes(bytes), label, FormatBytes(s->leased_bytes + bytes),
-          FormatBytes(options_.session_quota_bytes))));
+          FormatBytes(bytes), label, FormatBytes(session_bytes + bytes),
+          FormatBytes(options_.session_quota_bytes)));
     }
     if (options_.uid_quota_bytes > 0 &&
         UidBytesLocked(uid) + bytes > options_.uid_quota_bytes) {
-      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+      return absl::ResourceExhaustedError(absl::StrFormat(
           "lease of %s would put uid %d at %s, over its quota of %s "
           "(--uid_quota)",
           FormatBytes(bytes), uid, FormatBytes(UidBytesLocked(uid) + bytes),
-          FormatBytes(options_.uid_quota_bytes))));
+          FormatBytes(options_.uid_quota_bytes)));
     }
-    Device& d = devices_[device];
     const uint64_t room = d.capacity_chunks - d.created - d.creating;
-    const uint64_t available = d.free + (reclaim_first ? 0 : room);
-    if (available >= count) break;
+    const uint64_t available = d.free + (wait->reclaim_first ? 0 : room);
+    if (available >= count) {
+      lease->session = session;
+      lease->uid = uid;
+      lease->device = device;
+      lease->count = count;
+      lease->label = label;
+      ReserveLocked(s, lease);
+      return true;
+    }
     const uint64_t short_bytes = (count - available) * size;
     auto describe = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return absl::StrFormat(
@@ -901,201 +945,222 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
           "sessions)",
           count, FormatBytes(bytes), device, label, FormatBytes(d.free * size),
           FormatBytes(room * size), FormatBytes(d.capacity_chunks * size),
-          FormatBytes(d.leased * size), HoldersLocked(device));
+          FormatBytes((d.leased + d.reserved) * size), HoldersLocked(device));
     };
     // Ask sessions for memory: first round at once, and another round
     // (sessions not asked yet) whenever everyone asked so far has answered
     // (reported usage after handling the request, or ended) and it is
     // still not enough.
     bool all_answered = true;
-    for (size_t i = 0; i < asked.size(); ++i) {
-      auto a = sessions_.find(asked[i]);
-      if (a != sessions_.end() && a->second->reports <= asked_reports[i]) {
+    for (size_t i = 0; i < wait->asked.size(); ++i) {
+      auto a = sessions_.find(wait->asked[i]);
+      if (a != sessions_.end() &&
+          a->second->reports <= wait->asked_reports[i]) {
         all_answered = false;
       }
     }
     if (all_answered) {
       std::vector<uint64_t> more =
-          SendPressureLocked(*s, device, short_bytes, asked, &after);
+          SendPressureLocked(*s, device, short_bytes, wait->asked, after);
       if (more.empty()) {
-        if (reclaim_first) {  // nobody (else) to ask: create the rest
-          reclaim_first = false;
+        if (wait->reclaim_first) {  // nobody (else) to ask: create the rest
+          wait->reclaim_first = false;
           continue;
         }
-        return fail(absl::ResourceExhaustedError(
-            asked.empty()
+        return absl::ResourceExhaustedError(
+            wait->asked.empty()
                 ? absl::StrCat(describe(),
                                "; no other session holds memory there to "
                                "ask for")
                 : absl::StrFormat("%s; asked %d other sessions to return "
                                   "memory and they returned less",
-                                  describe(), asked.size())));
+                                  describe(), wait->asked.size()));
       }
       for (uint64_t id : more) {
-        asked.push_back(id);
-        asked_reports.push_back(sessions_[id]->reports);
+        auto a = sessions_.find(id);
+        wait->asked.push_back(id);
+        wait->asked_reports.push_back(
+            a == sessions_.end() ? 0 : a->second->reports);
       }
       ++pressure_rounds_;
-      if (pressure_since == absl::InfiniteFuture()) {
-        pressure_since = absl::Now();
+      if (wait->pressure_since == absl::InfiniteFuture()) {
+        wait->pressure_since = absl::Now();
       }
-      // Send without the lock, then look again.
-      mu_.Unlock();
-      after.Run(backend_);
-      mu_.Lock();
-      continue;
+      return false;  // send without the lock, then look again
     }
-    if (absl::Now() >= deadline) {
-      if (reclaim_first) {  // they gave what they gave: create the rest
-        reclaim_first = false;
+    if (absl::Now() >= wait->deadline) {
+      if (wait->reclaim_first) {  // they gave what they gave: create the rest
+        wait->reclaim_first = false;
         continue;
       }
-      return fail(absl::ResourceExhaustedError(absl::StrFormat(
+      return absl::ResourceExhaustedError(absl::StrFormat(
           "%s; asked %d other sessions to return memory and they did not "
           "return enough within %s (--reclaim_timeout)",
-          describe(), asked.size(),
-          absl::FormatDuration(options_.reclaim_timeout))));
+          describe(), wait->asked.size(),
+          absl::FormatDuration(options_.reclaim_timeout)));
     }
     ++waiting_leases_;
-    freed_.WaitWithDeadline(&mu_, deadline);
+    freed_.WaitWithDeadline(&mu_, wait->deadline);
     --waiting_leases_;
   }
+}
 
-  // Take what is free, mark what must be zeroed, and reserve room for the
-  // rest, then do the slow work (scrub, create + export) without the lock.
-  Device& d = devices_[device];
-  std::vector<uint64_t> clean, dirty;
-  TakeFreeLocked(device, uid, count, &clean, &dirty);
-  const uint64_t to_create = count - clean.size() - dirty.size();
-  d.creating += to_create;
-  std::vector<ChunkHandle> dirty_handles;
-  auto assign = [&](uint64_t id,
-                    ChunkState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ChunkRec* c = chunks_.at(id).get();
-    c->state = state;
-    c->session = session;
-    (state == ChunkState::kLeased ? d.leased : d.scrubbing) += 1;
-    s->chunks.insert(id);
-    ++s->leased_chunks_by_device[device];
-  };
-  for (uint64_t id : clean) assign(id, ChunkState::kLeased);
-  for (uint64_t id : dirty) {
-    assign(id, ChunkState::kScrubbing);
-    dirty_handles.push_back(chunks_.at(id)->handle);
+void Lake::ReserveLocked(Session* s, InFlightLease* lease) {
+  Device& d = devices_[lease->device];
+  lease->id = next_lease_++;
+  TakeFreeLocked(lease->device, lease->uid, lease->count, &lease->clean,
+                 &lease->dirty);
+  lease->to_create = lease->count - lease->clean.size() - lease->dirty.size();
+  d.creating += lease->to_create;
+  for (uint64_t id : lease->clean) {
+    ChunkRec* c = FindChunkLocked(id);
+    c->state = ChunkState::kReserved;
+    c->lease = lease->id;
+    ++d.reserved;
+  }
+  for (uint64_t id : lease->dirty) {
+    ChunkRec* c = FindChunkLocked(id);
+    c->state = ChunkState::kScrubbing;
+    c->lease = lease->id;
+    ++d.scrubbing;
+    lease->dirty_handles.push_back(c->handle);
   }
   // The session and its uid are charged for the whole lease now, so that
   // concurrent leases see it against their quotas.
-  s->leased_bytes += bytes;
-  uid_bytes_[uid] += bytes;
-  mu_.Unlock();
-  after.Run(backend_);
+  const uint64_t bytes = lease->count * d.config.chunk_size;
+  s->in_flight_bytes += bytes;
+  uid_bytes_[lease->uid] += bytes;
+}
 
-  absl::Status scrubbed = Scrub(device, dirty_handles);
-  std::vector<std::unique_ptr<ChunkRec>> made;
-  absl::Status created = absl::OkStatus();
-  if (scrubbed.ok()) created = CreateChunks(device, to_create, &made);
-  // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
-  // when the daemon is out of descriptors, that is the cause to name.
-  const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();
-
-  mu_.Lock();
-  d.creating -= to_create;
+absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
+    InFlightLease* lease, const absl::Status& scrubbed,
+    const absl::Status& created, const FdUsage& fds,
+    std::vector<std::unique_ptr<ChunkRec>> made) {
+  Device& d = devices_[lease->device];
+  const size_t size = d.config.chunk_size;
+  const uint64_t bytes = lease->count * size;
+  d.creating -= lease->to_create;
   std::vector<uint64_t> made_ids;
   for (auto& c : made) {
     c->id = next_chunk_++;
-    made_ids.push_back(c->id);
+    c->state = ChunkState::kReserved;
+    c->lease = lease->id;
     ++d.created;
+    ++d.reserved;
+    made_ids.push_back(c->id);
     chunks_[c->id] = std::move(c);
   }
-  auto it = sessions_.find(session);
+  // The lease's chunks, each still held by it as it left them. Nothing
+  // else takes a reserved or scrubbing chunk, so a miss is a bug: it is
+  // logged and the chunk left alone, never freed or granted blindly.
+  std::vector<ChunkRec*> mine;
+  mine.reserve(lease->count);
+  for (const std::vector<uint64_t>* ids :
+       {&lease->clean, &lease->dirty, &made_ids}) {
+    for (uint64_t id : *ids) {
+      ChunkRec* c = FindChunkLocked(id);
+      if (c == nullptr || c->lease != lease->id ||
+          (c->state != ChunkState::kReserved &&
+           c->state != ChunkState::kScrubbing)) {
+        Errorf(
+            "internal error: chunk %d of lease %d is no longer held by the "
+            "lease; left alone",
+            id, lease->id);
+        continue;
+      }
+      mine.push_back(c);
+    }
+  }
+  auto it = sessions_.find(lease->session);
+  Session* s = it == sessions_.end() ? nullptr : it->second.get();
   absl::Status failure = absl::OkStatus();
   if (!scrubbed.ok()) {
-    failure = absl::InternalError(
-        absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
-                        dirty.size(), device, label, scrubbed.message()));
+    failure = absl::InternalError(absl::StrFormat(
+        "zeroing %d chunks on device %d for %s failed: %s", lease->dirty.size(),
+        lease->device, lease->label, scrubbed.message()));
   } else if (!created.ok() && OutOfDescriptors(fds)) {
     failure = absl::ResourceExhaustedError(absl::StrFormat(
-        "creating %d chunks on device %d for %s failed: %s (%s)", to_create,
-        device, label, DescribeOutOfDescriptors(fds), created.message()));
+        "creating %d chunks on device %d for %s failed: %s (%s)",
+        lease->to_create, lease->device, lease->label,
+        DescribeOutOfDescriptors(fds), created.message()));
   } else if (!created.ok()) {
     failure = absl::Status(
         created.code(),
         absl::StrFormat("creating %d chunks on device %d for %s failed "
                         "(the device may hold less than --capacity): %s",
-                        to_create, device, label, created.message()));
+                        lease->to_create, lease->device, lease->label,
+                        created.message()));
   } else if (shutting_down_) {
     failure = absl::UnavailableError("gmlaked is shutting down");
-  } else if (it == sessions_.end()) {
+  } else if (s == nullptr) {
     failure = absl::AbortedError(absl::StrFormat(
-        "session %d ended while its lease was being served", session));
+        "session %d ended while its lease was being served", lease->session));
+  } else if (mine.size() != lease->count) {
+    failure = absl::InternalError(absl::StrFormat(
+        "lease %d for %s lost %d of its %d chunks (a gmlaked bug; see its "
+        "log)",
+        lease->id, lease->label, lease->count - mine.size(), lease->count));
+  }
+  // The whole lease leaves the in-flight accounts either way.
+  if (s != nullptr) {
+    s->in_flight_bytes -= std::min(s->in_flight_bytes, bytes);
   }
   if (!failure.ok()) {
-    // Undo: everything goes back to free, accounts as before.
-    if (it != sessions_.end()) {
-      // FreeChunkLocked un-charges per chunk; the rest (chunks never made)
-      // is un-charged here.
-      const uint64_t uncharged = (to_create)*size;
-      Session* live = it->second.get();
-      live->leased_bytes -= std::min(live->leased_bytes, uncharged);
-      auto u = uid_bytes_.find(uid);
-      if (u != uid_bytes_.end()) {
-        u->second -= std::min(u->second, uncharged);
-        if (u->second == 0) uid_bytes_.erase(u);
-      }
-    }
-    for (uint64_t id : clean) {
-      ChunkRec* c = chunks_.at(id).get();
-      FreeChunkLocked(c, c->last_uid);
-    }
-    for (uint64_t id : dirty) {
-      ChunkRec* c = chunks_.at(id).get();
-      FreeChunkLocked(c, scrubbed.ok() ? kNoUid : c->last_uid);
-    }
-    for (uint64_t id : made_ids) {
-      ChunkRec* c = chunks_.at(id).get();
-      ++d.free;
-      d.free_by_uid[kNoUid].push_back(id);
+    // Back to free: zeroed chunks as fresh, the others as they were.
+    for (ChunkRec* c : mine) {
+      const bool zeroed = c->state == ChunkState::kScrubbing && scrubbed.ok();
+      (c->state == ChunkState::kScrubbing ? d.scrubbing : d.reserved) -= 1;
       c->state = ChunkState::kFree;
+      c->lease = 0;
       c->free_since = absl::Now();
+      if (zeroed) c->last_uid = kNoUid;
+      ++d.free;
+      d.free_by_uid[c->last_uid].push_back(c->id);
     }
+    UnchargeUidLocked(lease->uid, bytes);
+    ++leases_failed_;
     freed_.SignalAll();
     Warnf("lease failed: %s", failure.message());
-    return fail(failure);
+    return failure;
   }
-  s = it->second.get();
-  for (uint64_t id : dirty) {
-    chunks_.at(id)->state = ChunkState::kLeased;
-    --d.scrubbing;
+  for (ChunkRec* c : mine) {
+    (c->state == ChunkState::kScrubbing ? d.scrubbing : d.reserved) -= 1;
     ++d.leased;
-  }
-  chunks_scrubbed_ += dirty.size();
-  zeroed_bytes_ += dirty.size() * size;
-  for (uint64_t id : made_ids) {
-    ChunkRec* c = chunks_.at(id).get();
     c->state = ChunkState::kLeased;
-    c->session = session;
-    ++d.leased;
-    s->chunks.insert(id);
-    ++s->leased_chunks_by_device[device];
+    c->lease = 0;
+    c->session = s->id;
+    c->last_uid = lease->uid;
+    s->chunks.insert(c->id);
   }
+  s->leased_chunks_by_device[lease->device] += mine.size();
+  s->leased_bytes += bytes;
+  chunks_scrubbed_ += lease->dirty.size();
+  zeroed_bytes_ += lease->dirty.size() * size;
   LeaseGrant grant;
-  grant.lease_id = next_lease_++;
-  grant.device = device;
+  grant.lease_id = lease->id;
+  grant.device = lease->device;
   grant.chunk_size = size;
-  grant.chunk_ids = clean;
-  grant.chunk_ids.insert(grant.chunk_ids.end(), dirty.begin(), dirty.end());
-  grant.chunk_ids.insert(grant.chunk_ids.end(), made_ids.begin(),
-                         made_ids.end());
-  for (uint64_t id : grant.chunk_ids) chunks_.at(id)->last_uid = uid;
+  grant.chunk_ids.reserve(mine.size());
+  for (ChunkRec* c : mine) grant.chunk_ids.push_back(c->id);
   s->unclaimed[grant.lease_id] = {grant.chunk_ids, absl::Now()};
-  lease_owner_[grant.lease_id] = session;
+  lease_owner_[grant.lease_id] = s->id;
   ++leases_served_;
-  NotePressureWaitLocked(pressure_since);
   VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
-        grant.lease_id, count, FormatBytes(bytes), device, label, dirty.size(),
-        made_ids.size());
-  mu_.Unlock();
+        grant.lease_id, lease->count, FormatBytes(bytes), lease->device,
+        lease->label, lease->dirty.size(), made_ids.size());
   return grant;
+}
+
+Lake::ChunkRec* Lake::FindChunkLocked(uint64_t id) const {
+  auto it = chunks_.find(id);
+  return it == chunks_.end() ? nullptr : it->second.get();
+}
+
+void Lake::UnchargeUidLocked(int64_t uid, uint64_t bytes) {
+  auto u = uid_bytes_.find(uid);
+  if (u == uid_bytes_.end()) return;
+  u->second -= std::min(u->second, bytes);
+  if (u->second == 0) uid_bytes_.erase(u);
 }
 
 absl::StatusOr<std::vector<uint64_t>> Lake::Claim(uint64_t session,
@@ -1211,31 +1276,34 @@ absl::StatusOr<uint64_t> Lake::Return(uint64_t session, absl::string_view token,
   if (!found.ok()) return found.status();
   Session* s = *found;
   absl::flat_hash_set<uint64_t> seen;
+  std::vector<ChunkRec*> returning;
+  returning.reserve(chunk_ids.size());
   for (uint64_t id : chunk_ids) {
     if (!seen.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "chunk %d is listed twice; nothing was returned", id));
     }
-    auto it = chunks_.find(id);
-    if (it == chunks_.end()) {
+    ChunkRec* c = FindChunkLocked(id);
+    if (c == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrFormat("chunk %d does not exist; nothing was returned", id));
     }
-    const ChunkRec& c = *it->second;
-    if (c.session != session || c.state != ChunkState::kLeased) {
+    if (c->state != ChunkState::kLeased || c->session != session) {
+      absl::string_view what = "another session's";
+      if (c->state == ChunkState::kFree) what = "free";
+      if (c->state == ChunkState::kReserved ||
+          c->state == ChunkState::kScrubbing) {
+        what = "in a lease still being served, not granted yet";
+      }
       return absl::InvalidArgumentError(absl::StrFormat(
           "chunk %d is not leased to session %d (it is %s); nothing was "
           "returned",
-          id, session,
-          c.state == ChunkState::kFree
-              ? "free"
-              : (c.state == ChunkState::kScrubbing ? "being zeroed"
-                                                   : "another session's")));
+          id, session, what));
     }
+    returning.push_back(c);
   }
   uint64_t bytes = 0;
-  for (uint64_t id : chunk_ids) {
-    ChunkRec* c = chunks_.at(id).get();
+  for (ChunkRec* c : returning) {
     bytes += devices_[c->device].config.chunk_size;
     FreeChunkLocked(c, c->last_uid);
   }
@@ -1274,6 +1342,13 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
         while (!list.empty() && (bytes == 0 || released + size <= bytes)) {
           auto c = chunks_.find(list.back());
           list.pop_back();
+          if (c == chunks_.end() || c->second->state != ChunkState::kFree) {
+            Errorf(
+                "internal error: chunk %d on a free list is not free; "
+                "dropped from the list",
+                c == chunks_.end() ? 0 : c->first);
+            continue;
+          }
           if (c->second->exporting > 0) {
             busy.push_back(c->first);
             continue;
@@ -1442,12 +1517,13 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     ds->set_chunk_size(size);
     ds->set_capacity_bytes(d.capacity_chunks * size);
     ds->set_created_bytes(d.created * size);
-    ds->set_leased_bytes(d.leased * size);
+    // Chunks of leases in flight count as leased.
+    ds->set_leased_bytes((d.leased + d.reserved) * size);
     ds->set_free_bytes(d.free * size);
     ds->set_scrubbing_bytes(d.scrubbing * size);
     ds->set_creating_bytes(d.creating * size);
     ds->set_created_chunks(d.created);
-    ds->set_leased_chunks(d.leased);
+    ds->set_leased_chunks(d.leased + d.reserved);
     ds->set_free_chunks(d.free);
     ds->set_scrubbing_chunks(d.scrubbing);
     // Why the free chunks are still held: the floor, or not idle long
@@ -1485,7 +1561,7 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     ss->set_bound(s->bound);
     ss->set_watching(s->sink != nullptr);
     ss->set_leased_chunks(s->chunks.size());
-    ss->set_leased_bytes(s->leased_bytes);
+    ss->set_leased_bytes(s->leased_bytes + s->in_flight_bytes);
     ss->set_age_seconds(absl::ToDoubleSeconds(now - s->opened));
     ss->set_ending(s->ended);
     ss->set_end_reason(s->end_reason);

@@ -5,15 +5,23 @@
 //
 //   free       in the lake, ready to lease (remembers the uid that last held
 //              it, for scrubbing);
-//   leased     to one session (claimed or not yet claimed on the fd socket);
-//   scrubbing  being zeroed before it goes to a session of another uid.
+//   reserved   picked by a lease still being served (its other chunks are
+//              being zeroed or created without the lock);
+//   scrubbing  picked by a lease still being served and being zeroed,
+//              because its last holder had another uid;
+//   leased     granted to one session (claimed or not yet claimed on the fd
+//              socket).
 //
-// created = free + leased + scrubbing, per device, at every moment the lock
-// is not held. Chunks are created on demand (or ahead of time) up to a
-// capacity per device, and exported whenever a lease sends them (the first
-// export, ~0.6 ms on an H200, at creation; ~26 us after), so the daemon
-// keeps no descriptor per chunk (or, without export_on_demand, exported
-// once with the descriptor kept, and each lease sends a duplicate).
+// Chunks of a lease in flight belong to the lease, not to its session:
+// neither the session's end, nor Return, nor Trim can take them, and only
+// the lease itself grants them (if its session is still there) or puts them
+// back. Status counts reserved chunks as leased, so created = free + leased
+// + scrubbing, per device, at every moment the lock is not held. Chunks are
+// created on demand (or ahead of time) up to a capacity per device, and
+// exported whenever a lease sends them (the first export, ~0.6 ms on an
+// H200, at creation; ~26 us after), so the daemon keeps no descriptor per
+// chunk (or, without export_on_demand, exported once with the descriptor
+// kept, and each lease sends a duplicate).
 //
 // Sessions are opened over gRPC with a claimed pid and become usable only
 // once bound on the fd socket, where the daemon learns the peer's real
@@ -51,6 +59,7 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
+#include "daemon/fd_usage.h"
 #include "daemon/histogram.h"
 #include "daemon/release_policy.h"
 #include "proto/gmlake.pb.h"
@@ -119,6 +128,10 @@ struct LakeOptions {
   // a re-export costs ~26 us there; the first export, ~0.6 ms, is still
   // paid when the chunk is created). --export_on_demand.
   bool export_on_demand = true;
+  // Tests only: called without the lock before a lease zeroes chunks, so a
+  // test can act while the lease is in flight (gmlaked
+  // --testonly_scrub_gate).
+  std::function<void()> testonly_before_lease_scrub;
 };
 
 // The real identity of a client, from SO_PEERCRED.
@@ -271,7 +284,7 @@ class Lake {
   void Shutdown();
 
  private:
-  enum class ChunkState { kFree, kLeased, kScrubbing };
+  enum class ChunkState { kFree, kReserved, kScrubbing, kLeased };
   // A uid that never held a chunk: a fresh chunk needs no scrubbing.
   static constexpr int64_t kNoUid = -1;
 
@@ -283,7 +296,8 @@ class Lake {
     // DupChunkFds calls exporting it now; Trim and ReleaseIdle leave it.
     int exporting = 0;
     ChunkState state = ChunkState::kFree;
-    uint64_t session = 0;       // when leased or scrubbing
+    uint64_t session = 0;       // when leased
+    uint64_t lease = 0;         // when reserved or scrubbing: the lease
     int64_t last_uid = kNoUid;  // uid of the last holder
     absl::Time free_since;      // when free: since when (ReleaseIdle)
   };
@@ -300,10 +314,10 @@ class Lake {
     uint64_t pid_start_time = 0;  // /proc/<pid>/stat field 22, if no pidfd
     std::function<void()> on_end;
     std::shared_ptr<PressureSink> sink;
-    absl::flat_hash_set<uint64_t> chunks;  // leased or being scrubbed for it
+    absl::flat_hash_set<uint64_t> chunks;  // granted to it (leased)
     std::map<int, uint64_t> leased_chunks_by_device;
-    uint64_t leased_bytes = 0;
-    uint64_t pending_bytes = 0;  // being created/scrubbed in Lease
+    uint64_t leased_bytes = 0;     // of `chunks`
+    uint64_t in_flight_bytes = 0;  // of its leases still being served
     std::map<int, DeviceUsageReport> usage;
     uint64_t reports = 0;  // answers to pressure (ReportUsage calls)
     struct PendingLease {
@@ -326,6 +340,7 @@ class Lake {
     uint64_t capacity_chunks = 0;
     uint64_t created = 0;  // chunks in chunks_ of this device
     uint64_t creating = 0;
+    uint64_t reserved = 0;
     uint64_t leased = 0;
     uint64_t scrubbing = 0;
     uint64_t free = 0;
@@ -343,8 +358,62 @@ class Lake {
     void Run(VmmBackend* backend);
   };
 
+  // A lease between its admission and its grant. Its chunks are reserved
+  // or scrubbing with ChunkRec::lease = id; its bytes are charged to its
+  // session (in_flight_bytes) and to its uid.
+  struct InFlightLease {
+    uint64_t id = 0;
+    uint64_t session = 0;
+    int64_t uid = kNoUid;
+    int device = 0;
+    uint64_t count = 0;
+    std::string label;            // the session, for messages
+    std::vector<uint64_t> clean;  // reserved
+    std::vector<uint64_t> dirty;  // scrubbing
+    std::vector<ChunkHandle> dirty_handles;
+    uint64_t to_create = 0;
+  };
+  // What a waiting lease remembers between its rounds of pressure.
+  struct LeaseWait {
+    absl::Time deadline;
+    bool reclaim_first = false;  // prefer_reclaim, until the others answered
+    bool admitted_once = false;  // the token was checked once
+    // Since when it asked others for memory (never: InfiniteFuture).
+    absl::Time pressure_since = absl::InfiniteFuture();
+    std::vector<uint64_t> asked;          // sessions asked for memory
+    std::vector<uint64_t> asked_reports;  // their report counts then
+  };
+
   Lake(VmmBackend* backend, LakeOptions options);
   absl::Status Precreate();
+
+  // One step of a lease's admission: checks the session, device and quotas,
+  // then reserves the chunks (true: `lease` is filled), or queues pressure
+  // requests in `after` (false: run them without the lock and call again),
+  // waiting on `freed_` in between while answers are due. Errors end the
+  // lease.
+  absl::StatusOr<bool> AdmitLeaseLocked(uint64_t session,
+                                        absl::string_view token, int device,
+                                        uint64_t count, LeaseWait* wait,
+                                        InFlightLease* lease, Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes free chunks (and room for the rest) for `lease`.
+  void ReserveLocked(Session* s, InFlightLease* lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the slow work: grants the lease's chunks to its session, or, if
+  // the work failed or the session is gone, puts them back. Touches only
+  // chunks still reserved or scrubbing for this lease.
+  absl::StatusOr<LeaseGrant> FinishLeaseLocked(
+      InFlightLease* lease, const absl::Status& scrubbed,
+      const absl::Status& created, const FdUsage& fds,
+      std::vector<std::unique_ptr<ChunkRec>> made)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chunk `id` if it exists, or null.
+  ChunkRec* FindChunkLocked(uint64_t id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `bytes` off `uid`'s account.
+  void UnchargeUidLocked(int64_t uid, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<Session*> FindLocked(uint64_t session,
                                       absl::string_view token) const
@@ -352,8 +421,9 @@ class Lake {
   uint64_t EndSessionLocked(uint64_t session, absl::string_view reason,
                             EndKind kind, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees the leased chunks of a session already out of sessions_ and takes
-  // its bytes off its uid. Returns the bytes freed.
+  // Frees the chunks granted to a session already out of sessions_ and
+  // takes their bytes off its uid (its leases in flight put theirs back
+  // themselves). Returns the bytes freed.
   uint64_t ReleaseSessionChunksLocked(Session* s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the session's bound process still runs.
@@ -362,7 +432,8 @@ class Lake {
   // The live or ended-but-kept session `id`, or null.
   Session* AnySessionLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Puts a chunk held by a session (or being scrubbed for it) back to free.
+  // Puts a chunk granted to a session back to free (chunks in any other
+  // state are left alone).
   void FreeChunkLocked(ChunkRec* c, int64_t last_uid)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes up to `n` free chunks of `device` for a session of `uid`,

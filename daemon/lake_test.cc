@@ -709,6 +709,124 @@ TEST_F(LakeTest, ShutdownFailsNewWorkAndEndsSessions) {
   EXPECT_EQ(GetBooks(*lake_).leased, 0u);
 }
 
+// Holds every lease that must zero chunks at the gate until Open: the test
+// acts while the lease is in flight.
+class ScrubGate {
+ public:
+  void Install(LakeOptions* o) {
+    o->testonly_before_lease_scrub = [this] {
+      reached_.Notify();
+      open_.WaitForNotification();
+    };
+  }
+  void WaitReached() { reached_.WaitForNotification(); }
+  void Open() { open_.Notify(); }
+
+ private:
+  Notification reached_, open_;
+};
+
+// A lake of 16 chunks: 8 fresh and 8 last held by uid 2001, so that a lease
+// of all 16 by uid 2000 reserves 8 and zeroes 8 (and waits at the gate).
+void MakeHalfDirty(LakeTest* t, ScrubGate* gate) {
+  LakeOptions o = Options(16);
+  o.devices[0].precreate_bytes = 16 * kChunk;
+  gate->Install(&o);
+  t->Make(std::move(o));
+  SessionTicket warm = t->Open(2001, "warm");
+  ASSERT_TRUE(t->lake_->Lease(warm.id, warm.token, 0, 8).ok());
+  ASSERT_TRUE(t->lake_->CloseSession(warm.id, warm.token).ok());
+}
+
+TEST_F(LakeTest, ALeaseInFlightKeepsItsChunksFromItsSessionsEnd) {
+  ScrubGate gate;
+  MakeHalfDirty(this, &gate);
+  SessionTicket a = Open(2000, "a");
+  absl::StatusOr<LeaseGrant> ga;
+  std::thread lease([&] { ga = lake_->Lease(a.id, a.token, 0, 16); });
+  gate.WaitReached();
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 8u);  // reserved, shown as leased
+  EXPECT_EQ(b.scrubbing, 8u);
+  // The session ends mid-lease: nothing of the lease comes free.
+  EXPECT_EQ(*lake_->CloseSession(a.id, a.token), 0u);
+  EXPECT_EQ(GetBooks(*lake_).free, 0u);
+  SessionTicket other = Open(2002, "other");
+  EXPECT_EQ(lake_->Lease(other.id, other.token, 0, 4).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(lake_->Trim(-1, 0).second, 0u);
+  gate.Open();
+  lease.join();
+  EXPECT_EQ(ga.status().code(), absl::StatusCode::kAborted);
+  b = GetBooks(*lake_);
+  EXPECT_EQ(b.free, 16u);
+  EXPECT_EQ(b.leased, 0u);
+  // The zeroed ones are fresh again: another uid gets all 16 unzeroed-free.
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(other.id, other.token, 0, 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::StatusResponse st;
+  lake_->FillStatus(&st);
+  EXPECT_EQ(st.chunks_scrubbed(), 0u);
+}
+
+TEST_F(LakeTest, ChunksOfALeaseInFlightCannotBeReturnedOrTrimmed) {
+  ScrubGate gate;
+  MakeHalfDirty(this, &gate);
+  SessionTicket a = Open(2000, "a");
+  absl::StatusOr<LeaseGrant> ga;
+  std::thread lease([&] { ga = lake_->Lease(a.id, a.token, 0, 16); });
+  gate.WaitReached();
+  for (uint64_t id = 1; id <= 16; ++id) {
+    absl::StatusOr<uint64_t> r = lake_->Return(a.id, a.token, {id});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("still being served"));
+  }
+  EXPECT_EQ(lake_->Trim(-1, 0).second, 0u);
+  gate.Open();
+  lease.join();
+  ASSERT_TRUE(ga.ok()) << ga.status();
+  EXPECT_EQ(ga->chunk_ids.size(), 16u);
+  Books b = GetBooks(*lake_);
+  EXPECT_EQ(b.leased, 16u);
+  v1::StatusResponse st;
+  lake_->FillStatus(&st);
+  ASSERT_EQ(st.sessions_size(), 1);
+  EXPECT_EQ(st.sessions(0).leased_chunks(), 16u);
+  EXPECT_EQ(st.sessions(0).leased_bytes(), 16 * kChunk);
+  ASSERT_TRUE(lake_->Claim(a.id, a.token, ga->lease_id).ok());
+  EXPECT_TRUE(lake_->DupChunkFds(a.id, ga->chunk_ids).ok());
+  EXPECT_EQ(*lake_->CloseSession(a.id, a.token), 16 * kChunk);
+  EXPECT_EQ(GetBooks(*lake_).free, 16u);
+}
+
+TEST_F(LakeTest, QuotasCountLeasesInFlight) {
+  ScrubGate gate;
+  LakeOptions o = Options(16);
+  o.devices[0].precreate_bytes = 16 * kChunk;
+  o.uid_quota_bytes = 10 * kChunk;
+  gate.Install(&o);
+  Make(std::move(o));
+  SessionTicket warm = Open(2001, "warm");
+  ASSERT_TRUE(lake_->Lease(warm.id, warm.token, 0, 8).ok());
+  ASSERT_TRUE(lake_->CloseSession(warm.id, warm.token).ok());
+  SessionTicket a = Open(2000, "a");
+  absl::StatusOr<LeaseGrant> ga;
+  std::thread lease([&] { ga = lake_->Lease(a.id, a.token, 0, 10); });
+  gate.WaitReached();
+  // The lease in flight counts against the uid, also once its session is
+  // gone, until it is put back.
+  SessionTicket a2 = Open(2000, "a2");
+  EXPECT_THAT(lake_->Lease(a2.id, a2.token, 0, 1).status().message(),
+              HasSubstr("--uid_quota"));
+  ASSERT_TRUE(lake_->CloseSession(a.id, a.token).ok());
+  EXPECT_THAT(lake_->Lease(a2.id, a2.token, 0, 1).status().message(),
+              HasSubstr("--uid_quota"));
+  gate.Open();
+  lease.join();
+  EXPECT_FALSE(ga.ok());
+  EXPECT_TRUE(lake_->Lease(a2.id, a2.token, 0, 10).ok());
+}
+
 TEST(ScrubPolicyTest, Parse) {
   EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
   EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);

@@ -292,6 +292,12 @@ std::string Daemon::Log() const {
 
 absl::StatusOr<std::unique_ptr<ClientProcess>> ClientProcess::Start(
     const std::string& socket, const std::vector<std::string>& flags) {
+  return StartBinary("tests/integration/lake_client", socket, flags);
+}
+
+absl::StatusOr<std::unique_ptr<ClientProcess>> ClientProcess::StartBinary(
+    const std::string& runfile, const std::string& socket,
+    const std::vector<std::string>& flags) {
   // A client that died must not take the test down with SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
   int to_child[2], from_child[2];
@@ -299,8 +305,7 @@ absl::StatusOr<std::unique_ptr<ClientProcess>> ClientProcess::Start(
       ::pipe2(from_child, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  std::vector<std::string> argv = {RunfilePath("tests/integration/lake_client"),
-                                   "--socket=" + socket};
+  std::vector<std::string> argv = {RunfilePath(runfile), "--socket=" + socket};
   argv.insert(argv.end(), flags.begin(), flags.end());
   std::unique_ptr<ClientProcess> c(new ClientProcess());
   absl::StatusOr<pid_t> pid = Spawn(argv, to_child[0], from_child[1], "");
@@ -369,11 +374,20 @@ absl::StatusOr<std::string> ClientProcess::ReadLine(absl::Duration timeout) {
 
 absl::StatusOr<std::string> ClientProcess::Command(const std::string& line,
                                                    absl::Duration timeout) {
+  if (absl::Status s = Send(line); !s.ok()) return s;
+  return Receive(timeout);
+}
+
+absl::Status ClientProcess::Send(const std::string& line) {
   const std::string text = line + "\n";
   if (::write(in_.get(), text.data(), text.size()) !=
       static_cast<ssize_t>(text.size())) {
     return absl::UnavailableError(absl::StrCat("client ", pid_, " is gone"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ClientProcess::Receive(absl::Duration timeout) {
   absl::StatusOr<std::string> answer = ReadLine(timeout);
   if (!answer.ok()) return answer.status();
   return ParseAnswer(*answer);

@@ -79,11 +79,20 @@ class ClientProcess {
   // ("ready <session>" or the connect error, returned as a status).
   static absl::StatusOr<std::unique_ptr<ClientProcess>> Start(
       const std::string& socket, const std::vector<std::string>& flags);
+  // The same with another client binary of this package speaking the same
+  // line protocol, e.g. "tests/integration/raw_client".
+  static absl::StatusOr<std::unique_ptr<ClientProcess>> StartBinary(
+      const std::string& runfile, const std::string& socket,
+      const std::vector<std::string>& flags);
   // Kills (SIGKILL) and reaps it if still running.
   ~ClientProcess();
 
   absl::StatusOr<std::string> Command(
       const std::string& line, absl::Duration timeout = absl::Seconds(20));
+  // Command in two halves, for a command whose answer comes later.
+  absl::Status Send(const std::string& line);
+  absl::StatusOr<std::string> Receive(
+      absl::Duration timeout = absl::Seconds(20));
   pid_t pid() const { return pid_; }
   uint64_t session() const { return session_; }
   // Sends `sig` and reaps the process.

@@ -1,0 +1,338 @@
+// Copyright 2026 The GMLake Authors.
+//
+// raw_client: a client process of gmlaked that speaks the protocol by hand
+// (gRPC + the fd socket, no DaemonChunkSource), for tests that must do what
+// a well-behaved client never would: return chunks of a lease still being
+// served, close its session in the middle of a lease, shrink a chunk's
+// memfd. It drops to --uid first (so SO_PEERCRED sees that uid), opens and
+// binds a session, prints "ready <session>" (or "err <code> <message>" and
+// exits 1), then serves one command per line on stdin, answering one line
+// each on stdout:
+//
+//   lease D N          Lease + claim; keeps the descriptors -> ok <lease> <ids>
+//   lease_async D N    starts a Lease RPC in the background -> ok
+//   lease_wait         its result, claimed if it succeeded  -> ok <lease> <ids>
+//   return ID...       Return these chunk ids               -> ok <bytes>
+//   return_held        Return every chunk held here         -> ok <bytes>
+//   fill B             write byte B over every held chunk   -> ok
+//   check B            every byte of every held chunk is B  -> ok | err
+//   count B            chunks held whose first byte is B    -> ok <n>
+//   truncate ID SIZE   ftruncate that chunk's memfd         -> ok | err
+//   close              CloseSession                         -> ok <bytes>
+//   quit               exit 0 (the session ends with the process)
+//
+// Held chunks are mapped with mmap, as an attacker would map a memfd.
+
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/fd_passing.h"
+#include "common/unique_fd.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/gmlake.grpc.pb.h"
+#include "proto/protocol.h"
+
+ABSL_FLAG(std::string, socket, "", "gmlaked's gRPC socket.");
+ABSL_FLAG(std::string, name, "raw_client", "Session name.");
+ABSL_FLAG(int, uid, -1, "Drop to this uid (and gid) before connecting.");
+
+namespace gmlake {
+namespace {
+
+void Answer(const absl::StatusOr<std::string>& r) {
+  if (r.ok()) {
+    std::cout << (r->empty() ? "ok" : "ok " + *r) << std::endl;
+    return;
+  }
+  std::string msg(r.status().message());
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  std::cout << "err " << static_cast<int>(r.status().code()) << " " << msg
+            << std::endl;
+}
+
+class RawClient {
+ public:
+  absl::Status Connect(const std::string& socket, const std::string& name) {
+    channel_ = grpc::CreateChannel("unix:" + socket,
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Lake::NewStub(channel_);
+    v1::OpenSessionRequest req;
+    req.set_pid(::getpid());
+    req.set_name(name);
+    req.set_protocol_version(ProtocolVersion());
+    v1::OpenSessionResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    absl::Status s = FromGrpc(stub_->OpenSession(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    session_ = resp.session_id();
+    token_ = resp.token();
+    chunk_size_ = resp.devices(0).chunk_size();
+    absl::StatusOr<UniqueFd> fd = ConnectUnix(resp.fd_socket());
+    if (!fd.ok()) return fd.status();
+    fd_ = *std::move(fd);
+    const timeval tv{10, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    v1::FdRequest bind;
+    bind.set_session_id(session_);
+    bind.set_token(token_);
+    bind.mutable_bind();
+    absl::StatusOr<v1::FdReply> reply = Exchange(bind, nullptr);
+    if (!reply.ok()) return reply.status();
+    return ReplyStatus(*reply);
+  }
+
+  uint64_t session() const { return session_; }
+
+  absl::StatusOr<std::string> Serve(const std::vector<std::string>& w) {
+    auto arg = [&](size_t i) -> uint64_t {
+      uint64_t v = 0;
+      if (i < w.size()) absl::SimpleAtoi(w[i], &v);
+      return v;
+    };
+    const std::string& cmd = w[0];
+    if (cmd == "lease") {
+      absl::StatusOr<v1::LeaseResponse> l =
+          Lease(static_cast<int>(arg(1)), arg(2));
+      if (!l.ok()) return l.status();
+      return ClaimAndMap(*l);
+    }
+    if (cmd == "lease_async") {
+      if (pending_.joinable()) {
+        return absl::FailedPreconditionError("a lease is pending already");
+      }
+      const int device = static_cast<int>(arg(1));
+      const uint64_t count = arg(2);
+      pending_result_ = absl::UnknownError("not done");
+      pending_ = std::thread(
+          [this, device, count] { pending_result_ = Lease(device, count); });
+      return std::string();
+    }
+    if (cmd == "lease_wait") {
+      if (!pending_.joinable()) {
+        return absl::FailedPreconditionError("no lease is pending");
+      }
+      pending_.join();
+      if (!pending_result_.ok()) return pending_result_.status();
+      return ClaimAndMap(*pending_result_);
+    }
+    if (cmd == "return" || cmd == "return_held") {
+      std::vector<uint64_t> ids;
+      if (cmd == "return") {
+        for (size_t i = 1; i < w.size(); ++i) ids.push_back(arg(i));
+      } else {
+        for (const auto& [id, chunk] : held_) ids.push_back(id);
+      }
+      v1::ReturnRequest req;
+      req.set_session_id(session_);
+      req.set_token(token_);
+      for (uint64_t id : ids) req.add_chunk_ids(id);
+      v1::ReturnResponse resp;
+      grpc::ClientContext ctx;
+      absl::Status s = FromGrpc(stub_->Return(&ctx, req, &resp));
+      if (!s.ok()) return s;
+      for (uint64_t id : ids) Drop(id);
+      return absl::StrCat(resp.returned_bytes());
+    }
+    if (cmd == "fill" || cmd == "check" || cmd == "count") {
+      const uint8_t value = static_cast<uint8_t>(arg(1));
+      uint64_t matching = 0;
+      for (auto& [id, chunk] : held_) {
+        if (cmd == "fill") {
+          std::memset(chunk.base, value, chunk_size_);
+        } else if (cmd == "count") {
+          matching += chunk.base[0] == value;
+        } else {
+          for (size_t i = 0; i < chunk_size_; ++i) {
+            if (chunk.base[i] != value) {
+              return absl::DataLossError(absl::StrCat("chunk ", id, " byte ", i,
+                                                      " is ", chunk.base[i],
+                                                      ", not ", value));
+            }
+          }
+        }
+      }
+      return cmd == "count" ? absl::StrCat(matching) : std::string();
+    }
+    if (cmd == "truncate") {
+      auto it = held_.find(arg(1));
+      if (it == held_.end()) return absl::NotFoundError("chunk not held");
+      if (::ftruncate(it->second.fd.get(), static_cast<off_t>(arg(2))) != 0) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("ftruncate: ", std::strerror(errno)));
+      }
+      return std::string();
+    }
+    if (cmd == "close") {
+      v1::CloseSessionRequest req;
+      req.set_session_id(session_);
+      req.set_token(token_);
+      v1::CloseSessionResponse resp;
+      grpc::ClientContext ctx;
+      absl::Status s = FromGrpc(stub_->CloseSession(&ctx, req, &resp));
+      if (!s.ok()) return s;
+      return absl::StrCat(resp.returned_bytes());
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown command ", cmd));
+  }
+
+  void Finish() {
+    if (pending_.joinable()) pending_.join();
+  }
+
+ private:
+  struct Held {
+    UniqueFd fd;
+    uint8_t* base = nullptr;
+  };
+
+  absl::StatusOr<v1::LeaseResponse> Lease(int device, uint64_t count) {
+    v1::LeaseRequest req;
+    req.set_session_id(session_);
+    req.set_token(token_);
+    req.set_device(device);
+    req.set_chunk_count(count);
+    v1::LeaseResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(60));
+    absl::Status s = FromGrpc(stub_->Lease(&ctx, req, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  absl::StatusOr<std::string> ClaimAndMap(const v1::LeaseResponse& l) {
+    v1::FdRequest req;
+    req.set_session_id(session_);
+    req.set_token(token_);
+    req.mutable_claim()->set_lease_id(l.lease_id());
+    absl::Status s = SendFds(fd_.get(), req.SerializeAsString(), {});
+    if (!s.ok()) return s;
+    for (;;) {
+      std::vector<UniqueFd> fds;
+      absl::StatusOr<v1::FdReply> reply = ReadReply(&fds);
+      if (!reply.ok()) return reply.status();
+      if (absl::Status r = ReplyStatus(*reply); !r.ok()) return r;
+      if (static_cast<size_t>(reply->chunk_ids_size()) != fds.size()) {
+        return absl::DataLossError("ids and descriptors differ in number");
+      }
+      for (size_t i = 0; i < fds.size(); ++i) {
+        void* p = ::mmap(nullptr, chunk_size_, PROT_READ | PROT_WRITE,
+                         MAP_SHARED, fds[i].get(), 0);
+        if (p == MAP_FAILED) {
+          return absl::InternalError(
+              absl::StrCat("mmap: ", std::strerror(errno)));
+        }
+        Held& h = held_[reply->chunk_ids(static_cast<int>(i))];
+        h.fd = std::move(fds[i]);
+        h.base = static_cast<uint8_t*>(p);
+      }
+      if (reply->last()) break;
+    }
+    std::string out = absl::StrCat(l.lease_id());
+    for (uint64_t id : l.chunk_ids()) absl::StrAppend(&out, " ", id);
+    return out;
+  }
+
+  void Drop(uint64_t id) {
+    auto it = held_.find(id);
+    if (it == held_.end()) return;
+    ::munmap(it->second.base, chunk_size_);
+    held_.erase(it);
+  }
+
+  absl::StatusOr<v1::FdReply> Exchange(const v1::FdRequest& req,
+                                       std::vector<UniqueFd>* fds) {
+    absl::Status s = SendFds(fd_.get(), req.SerializeAsString(), {});
+    if (!s.ok()) return s;
+    return ReadReply(fds);
+  }
+
+  absl::StatusOr<v1::FdReply> ReadReply(std::vector<UniqueFd>* fds) {
+    absl::StatusOr<ReceivedMessage> m =
+        RecvFds(fd_.get(), 1 << 20, kMaxFdsPerGroup);
+    if (!m.ok()) return m.status();
+    v1::FdReply reply;
+    if (!reply.ParseFromString(m->payload)) {
+      return absl::DataLossError("unparseable FdReply");
+    }
+    if (fds != nullptr) *fds = std::move(m->fds);
+    return reply;
+  }
+
+  static absl::Status ReplyStatus(const v1::FdReply& r) {
+    if (r.code() == 0) return absl::OkStatus();
+    return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Lake::Stub> stub_;
+  uint64_t session_ = 0;
+  std::string token_;
+  size_t chunk_size_ = 0;
+  UniqueFd fd_;
+  std::map<uint64_t, Held> held_;
+  std::thread pending_;
+  absl::StatusOr<v1::LeaseResponse> pending_result_;
+};
+
+int Main() {
+  const int uid = absl::GetFlag(FLAGS_uid);
+  if (uid >= 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
+        ::setuid(uid) != 0) {
+      Answer(
+          absl::PermissionDeniedError(absl::StrCat("cannot become uid ", uid)));
+      return 1;
+    }
+  }
+  RawClient client;
+  absl::Status s =
+      client.Connect(absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_name));
+  if (!s.ok()) {
+    Answer(s);
+    return 1;
+  }
+  std::cout << "ready " << client.session() << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> words =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.empty()) continue;
+    if (words[0] == "quit") break;
+    Answer(client.Serve(words));
+  }
+  client.Finish();
+  Answer(std::string());
+  return 0;
+}
+
+}  // namespace
+}  // namespace gmlake
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gmlake::Main();
+}
