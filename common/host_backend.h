@@ -2,11 +2,14 @@
 //
 // HostBackend: the VMM layer on the CPU, with the semantics of CUDA VMM.
 //
-//   chunk           a memfd (MFD_CLOEXEC) of the chunk's size; its pages are
-//                   allocated only when touched, so a large live set that is
-//                   mostly untouched costs no memory.
+//   chunk           a memfd (MFD_CLOEXEC) of the chunk's size, sealed
+//                   against shrinking, growing and further seals (no holder
+//                   can SIGBUS another's mapping); its pages are allocated
+//                   only when touched, so a large live set that is mostly
+//                   untouched costs no memory.
 //   export/import   a duplicate of the memfd; real descriptors that can be
 //                   sent to other processes (SCM_RIGHTS) and mapped there.
+//                   Import takes only a sealed memfd of the size asked.
 //   virtual range   an anonymous PROT_NONE, MAP_NORESERVE mapping, aligned.
 //   map             the memfd mmap'ed MAP_SHARED|MAP_FIXED over part of a
 //                   range, PROT_NONE: like the driver, no access until

@@ -7,6 +7,7 @@
 #include "common/host_backend.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -210,6 +211,48 @@ TEST(HostBackendTest, RunningOutOfDescriptorsIsAnErrorNotACrash) {
   EXPECT_LT(chunks.size(), 30u);
   // The failed create charged nothing.
   EXPECT_EQ(host->used_bytes(0), chunks.size() * kChunk);
+}
+
+// Every holder of an exported chunk can reach its file. Nobody may resize
+// it (a shrunk memfd kills every mapping of it with SIGBUS, the daemon's
+// zeroing included) or add seals that refuse the next holder's mapping.
+TEST(HostBackendTest, ExportedChunksAreSealedAndImportsChecked) {
+  std::unique_ptr<HostBackend> b = MakeHost();
+  absl::StatusOr<ChunkHandle> h = b->CreateChunk(0, kChunk);
+  ASSERT_TRUE(h.ok());
+  absl::StatusOr<UniqueFd> fd = b->ExportChunk(*h);
+  ASSERT_TRUE(fd.ok());
+  EXPECT_NE(::ftruncate(fd->get(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::ftruncate(fd->get(), off_t{1} << 40), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::fcntl(fd->get(), F_ADD_SEALS, F_SEAL_WRITE), 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd->get(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), kChunk);
+  // Still a chunk for the next holder.
+  std::unique_ptr<HostBackend> other = MakeHost();
+  absl::StatusOr<ChunkHandle> in = other->ImportChunk(fd->get(), 0, kChunk);
+  ASSERT_TRUE(in.ok()) << in.status();
+  absl::StatusOr<VirtualRange> r = VirtualRange::Reserve(other.get(), kChunk);
+  ASSERT_TRUE(r.ok());
+  const int devs[] = {0};
+  absl::StatusOr<Mapping> m =
+      Mapping::Map(other.get(), r->base(), kChunk, *in, devs);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(other->Fill(r->base(), 7, kChunk).ok());
+  m->Reset().IgnoreError();
+  other->ReleaseChunk(*in).IgnoreError();
+
+  // A memfd of the right size without seals is not imported: another
+  // holder could resize it under the mapping.
+  UniqueFd loose(::memfd_create("loose", MFD_CLOEXEC));
+  ASSERT_TRUE(loose.valid());
+  ASSERT_EQ(::ftruncate(loose.get(), kChunk), 0);
+  absl::StatusOr<ChunkHandle> bad = other->ImportChunk(loose.get(), 0, kChunk);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("not a sealed chunk"));
+  ASSERT_TRUE(b->ReleaseChunk(*h).ok());
 }
 
 TEST(HostBackendTest, EventDelay) {

@@ -559,7 +559,7 @@ std::vector<std::pair<DevicePtr, size_t>> VmmBooks::TakeAllRanges() {
 
 absl::StatusOr<UniqueFd> MakeChunkMemfd(size_t size,
                                         absl::string_view backend_name) {
-  UniqueFd fd(memfd_create("gmlake-chunk", MFD_CLOEXEC));
+  UniqueFd fd(memfd_create("gmlake-chunk", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) {
     const int err = errno;
     if (err == EMFILE || err == ENFILE) {
@@ -579,6 +579,15 @@ absl::StatusOr<UniqueFd> MakeChunkMemfd(size_t size,
         absl::StrCat(backend_name, " backend: cannot size a chunk memfd to ",
                      size, " bytes: ", std::strerror(errno)));
   }
+  // Every holder of an exported chunk can reach its file: without seals one
+  // could shrink it (every other mapping, the daemon's zeroing included,
+  // dies of SIGBUS) or grow it. F_SEAL_SEAL stops anyone adding seals that
+  // would refuse the next holder's writable mapping.
+  if (fcntl(fd.get(), F_ADD_SEALS, kChunkSeals | F_SEAL_SEAL) != 0) {
+    return absl::InternalError(absl::StrCat(
+        backend_name,
+        " backend: cannot seal a chunk memfd: ", std::strerror(errno)));
+  }
   return fd;
 }
 
@@ -594,6 +603,14 @@ absl::StatusOr<UniqueFd> DupChunkFd(int fd, size_t size,
     return absl::InvalidArgumentError(
         absl::StrCat(backend_name, " backend: import: descriptor ", fd,
                      " is not a chunk (not a memfd from ExportChunk)"));
+  }
+  // Sealed first, so that the size checked below is the size for good.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kChunkSeals) != kChunkSeals) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend_name, " backend: import: descriptor ", fd,
+        " is not a sealed chunk (its size could change under the mapping; "
+        "import only descriptors from ExportChunk)"));
   }
   if (static_cast<uint64_t>(st.st_size) != size) {
     return absl::InvalidArgumentError(

@@ -26,6 +26,8 @@
 #ifndef GMLAKE_COMMON_VMM_BOOKS_H_
 #define GMLAKE_COMMON_VMM_BOOKS_H_
 
+#include <fcntl.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -235,13 +237,18 @@ class VmmBooks {
 
 // --- Chunk descriptors, shared by the emulated backends ----------------------
 
-// A new memfd (MFD_CLOEXEC) of `size` bytes; its pages are allocated only
-// when touched. ResourceExhausted when the process is out of descriptors.
+// Seals every chunk memfd carries: its size is fixed for good.
+inline constexpr int kChunkSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+// A new memfd (MFD_CLOEXEC) of `size` bytes, sealed with kChunkSeals and
+// F_SEAL_SEAL; its pages are allocated only when touched. ResourceExhausted
+// when the process is out of descriptors.
 absl::StatusOr<UniqueFd> MakeChunkMemfd(size_t size,
                                         absl::string_view backend_name);
 
 // A close-on-exec duplicate of `fd` after checking that it is a regular file
-// (memfd) of exactly `size` bytes: InvalidArgument otherwise.
+// (memfd) sealed with kChunkSeals and of exactly `size` bytes:
+// InvalidArgument otherwise.
 absl::StatusOr<UniqueFd> DupChunkFd(int fd, size_t size,
                                     absl::string_view backend_name);
 
