@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace gmlake {
 namespace {
@@ -199,6 +200,49 @@ size_t Groups(size_t fds) {
   return (fds + kMaxFdsPerGroup - 1) / kMaxFdsPerGroup;
 }
 
+// The parts one message is sent in, each with the descriptors riding on its
+// first byte: the header (with the first group), a carrier byte per further
+// group, the payload. Descriptors are given as indexes [begin, end) into
+// the caller's list.
+struct FramePart {
+  std::string bytes;
+  size_t fds_begin = 0, fds_end = 0;
+};
+
+absl::StatusOr<std::vector<FramePart>> FrameParts(absl::string_view payload,
+                                                  size_t fd_count) {
+  if (payload.size() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SendFds: payload of ", payload.size(), " bytes is over 4 GiB"));
+  }
+  if (fd_count > kMaxFdsPerMessage) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SendFds: ", fd_count, " descriptors; at most ",
+                     kMaxFdsPerMessage, " per message"));
+  }
+  std::vector<FramePart> parts;
+  const uint32_t fields[3] = {kFdFrameMagic,
+                              static_cast<uint32_t>(payload.size()),
+                              static_cast<uint32_t>(fd_count)};
+  FramePart header;
+  header.bytes.assign(reinterpret_cast<const char*>(fields), sizeof(fields));
+  header.fds_end = std::min(fd_count, kMaxFdsPerGroup);
+  parts.push_back(std::move(header));
+  for (size_t g = 1; g < Groups(fd_count); ++g) {
+    FramePart carrier;
+    carrier.bytes.assign(1, '\0');
+    carrier.fds_begin = g * kMaxFdsPerGroup;
+    carrier.fds_end = std::min(fd_count, (g + 1) * kMaxFdsPerGroup);
+    parts.push_back(std::move(carrier));
+  }
+  if (!payload.empty()) {
+    FramePart body;
+    body.bytes.assign(payload.data(), payload.size());
+    parts.push_back(std::move(body));
+  }
+  return parts;
+}
+
 absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
   if (path.empty() || path.size() > kMaxUnixPathLength) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -216,15 +260,18 @@ absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
 
 absl::Status SendFds(int sock, absl::Span<const uint8_t> payload,
                      absl::Span<const int> fds) {
-  if (payload.size() > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SendFds: payload of ", payload.size(), " bytes is over 4 GiB"));
-  }
-  if (fds.size() > kMaxFdsPerMessage) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SendFds: ", fds.size(), " descriptors; at most ",
-                     kMaxFdsPerMessage, " per message"));
-  }
+  return SendFds(
+      sock,
+      absl::string_view(reinterpret_cast<const char*>(payload.data()),
+                        payload.size()),
+      fds);
+}
+
+absl::Status SendFds(int sock, absl::string_view payload,
+                     absl::Span<const int> fds) {
+  absl::StatusOr<std::vector<FramePart>> parts =
+      FrameParts(payload, fds.size());
+  if (!parts.ok()) return parts.status();
   // Checked up front: a bad descriptor found by sendmsg halfway through a
   // message would leave the stream out of step.
   for (int fd : fds) {
@@ -233,38 +280,73 @@ absl::Status SendFds(int sock, absl::Span<const uint8_t> payload,
           absl::StrCat("SendFds: descriptor ", fd, " is not open"));
     }
   }
-  uint8_t header[kFdFrameHeaderSize];
-  const uint32_t fields[3] = {kFdFrameMagic,
-                              static_cast<uint32_t>(payload.size()),
-                              static_cast<uint32_t>(fds.size())};
-  std::memcpy(header, fields, sizeof(header));
-  const size_t groups = Groups(fds.size());
-  auto group = [&](size_t g) {
-    const size_t begin = g * kMaxFdsPerGroup;
-    return fds.subspan(begin, std::min(kMaxFdsPerGroup, fds.size() - begin));
-  };
-  if (absl::Status s =
-          SendPart(sock, header, sizeof(header), groups > 0 ? group(0) : fds);
-      !s.ok()) {
-    return s;
+  for (const FramePart& part : *parts) {
+    absl::Status s =
+        SendPart(sock, reinterpret_cast<const uint8_t*>(part.bytes.data()),
+                 part.bytes.size(),
+                 fds.subspan(part.fds_begin, part.fds_end - part.fds_begin));
+    if (!s.ok()) return s;
   }
-  for (size_t g = 1; g < groups; ++g) {
-    const uint8_t carrier = 0;
-    if (absl::Status s = SendPart(sock, &carrier, 1, group(g)); !s.ok()) {
-      return s;
-    }
-  }
-  if (payload.empty()) return absl::OkStatus();
-  return SendPart(sock, payload.data(), payload.size(), {});
+  return absl::OkStatus();
 }
 
-absl::Status SendFds(int sock, absl::string_view payload,
-                     absl::Span<const int> fds) {
-  return SendFds(
-      sock,
-      absl::Span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
-      fds);
+absl::Status FrameSendQueue::Push(absl::string_view payload,
+                                  std::vector<UniqueFd> fds) {
+  absl::StatusOr<std::vector<FramePart>> parts =
+      FrameParts(payload, fds.size());
+  if (!parts.ok()) return parts.status();
+  const absl::Time now = absl::Now();
+  for (FramePart& p : *parts) {
+    Part part;
+    bytes_ += p.bytes.size();
+    part.bytes = std::move(p.bytes);
+    for (size_t i = p.fds_begin; i < p.fds_end; ++i) {
+      part.fds.push_back(std::move(fds[i]));
+    }
+    part.queued = now;
+    parts_.push_back(std::move(part));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FrameSendQueue::Flush(int sock) {
+  while (!parts_.empty()) {
+    Part& p = parts_.front();
+    iovec iov{p.bytes.data() + p.sent, p.bytes.size() - p.sent};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    ControlBuffer control(p.sent == 0 ? p.fds.size() : 0);
+    if (p.sent == 0 && !p.fds.empty()) {
+      msg.msg_control = control.data();
+      msg.msg_controllen = CMSG_SPACE(p.fds.size() * sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(p.fds.size() * sizeof(int));
+      for (size_t i = 0; i < p.fds.size(); ++i) {
+        const int fd = p.fds[i].get();
+        std::memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+      }
+    }
+    const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return absl::OkStatus();
+      return SendError(err);
+    }
+    // The descriptors went with the first byte sent: ours close now.
+    p.fds.clear();
+    p.sent += static_cast<size_t>(n);
+    bytes_ -= static_cast<size_t>(n);
+    if (p.sent == p.bytes.size()) parts_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::Time FrameSendQueue::oldest_queued() const {
+  return parts_.empty() ? absl::InfiniteFuture() : parts_.front().queued;
 }
 
 absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,

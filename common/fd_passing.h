@@ -34,12 +34,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/unique_fd.h"
 
@@ -65,6 +67,38 @@ absl::Status SendFds(int sock, absl::Span<const uint8_t> payload,
 // The same with a text payload.
 absl::Status SendFds(int sock, absl::string_view payload,
                      absl::Span<const int> fds);
+
+// Messages for a sender that must never block on its peer (gmlaked's
+// descriptor socket, one thread for every client). Push queues a message in
+// the wire format above; Flush sends what the socket takes now (MSG_DONTWAIT)
+// and keeps the rest, descriptors included, for the next call. Not
+// thread-safe.
+class FrameSendQueue {
+ public:
+  // Queues one message; the queue owns `fds` until they are sent (or the
+  // queue is destroyed). InvalidArgument for a message SendFds refuses.
+  absl::Status Push(absl::string_view payload, std::vector<UniqueFd> fds);
+  // Sends until the queue is empty or the socket is full; OK in both cases.
+  // Unavailable when the peer has closed the connection, other errors as
+  // SendFds; the stream is then out of step.
+  absl::Status Flush(int sock);
+  bool empty() const { return parts_.empty(); }
+  // Bytes queued and not yet sent.
+  size_t bytes() const { return bytes_; }
+  // When the oldest message not yet wholly sent was queued (InfiniteFuture
+  // when empty): how long the peer has kept it waiting.
+  absl::Time oldest_queued() const;
+
+ private:
+  struct Part {
+    std::string bytes;
+    std::vector<UniqueFd> fds;  // ride on the part's first byte
+    size_t sent = 0;
+    absl::Time queued;
+  };
+  std::deque<Part> parts_;
+  size_t bytes_ = 0;
+};
 
 // A message from RecvFds. The descriptors are close-on-exec and owned here.
 struct ReceivedMessage {

@@ -364,6 +364,58 @@ TEST_F(FdPassingTest, SendingToAClosedPeerIsUnavailable) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
 }
 
+// The queue never blocks: with the socket full it keeps the rest, and the
+// receiver gets every message whole and in order as it reads.
+TEST_F(FdPassingTest, SendQueueNeverBlocksAndDeliversInOrder) {
+  FrameSendQueue q;
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.oldest_queued(), absl::InfiniteFuture());
+  constexpr int kMessages = 200;
+  constexpr int kFdsInBig = 300;  // two groups
+  const std::string big(64 << 10, 'x');
+  for (int i = 0; i < kMessages; ++i) {
+    std::vector<UniqueFd> fds;
+    if (i % 50 == 7) {
+      for (int f = 0; f < kFdsInBig; ++f) {
+        fds.push_back(MemfdWith(absl::StrCat(i, ":", f)));
+      }
+    }
+    ASSERT_TRUE(
+        q.Push(i % 10 == 3 ? big : absl::StrCat("message ", i), std::move(fds))
+            .ok());
+  }
+  const absl::Time queued = q.oldest_queued();
+  EXPECT_NE(queued, absl::InfiniteFuture());
+  // Nobody reads yet: Flush returns at once with most still queued.
+  ASSERT_TRUE(q.Flush(a_.get()).ok());
+  EXPECT_FALSE(q.empty());
+  EXPECT_GT(q.bytes(), 0u);
+  int got = 0;
+  while (got < kMessages) {
+    absl::StatusOr<ReceivedMessage> m = RecvFds(b_.get(), 1 << 20, kFdsInBig);
+    ASSERT_TRUE(m.ok()) << m.status() << " at message " << got;
+    EXPECT_EQ(m->payload, got % 10 == 3 ? big : absl::StrCat("message ", got));
+    if (got % 50 == 7) {
+      ASSERT_EQ(m->fds.size(), static_cast<size_t>(kFdsInBig));
+      EXPECT_EQ(ReadAll(m->fds[kFdsInBig - 1].get()),
+                absl::StrCat(got, ":", kFdsInBig - 1));
+    } else {
+      EXPECT_TRUE(m->fds.empty());
+    }
+    ++got;
+    ASSERT_TRUE(q.Flush(a_.get()).ok());
+  }
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.bytes(), 0u);
+  // The peer gone: Unavailable, nothing blocks; queued descriptors close
+  // with the queue (checked by TearDown).
+  std::vector<UniqueFd> one;
+  one.push_back(MemfdWith("left"));
+  ASSERT_TRUE(q.Push("late", std::move(one)).ok());
+  b_.Reset();
+  EXPECT_EQ(q.Flush(a_.get()).code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(FdPassingTest, PeerCredentialsOfASocketPair) {
   absl::StatusOr<PeerCredentials> c = GetPeerCredentials(b_.get());
   ASSERT_TRUE(c.ok()) << c.status();

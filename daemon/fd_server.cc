@@ -126,9 +126,12 @@ void FdServer::Loop() {
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   for (;;) {
-    const int n = ::epoll_wait(
-        epoll_.get(), events, kMaxEvents,
-        static_cast<int>(absl::ToInt64Milliseconds(kHousekeepingPeriod)));
+    // With requests left over from the last round, only look for news.
+    const int timeout =
+        ready_.empty()
+            ? static_cast<int>(absl::ToInt64Milliseconds(kHousekeepingPeriod))
+            : 0;
+    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
     if (n < 0 && errno != EINTR) {
       Errorf("fd socket: epoll_wait: %s; serving stops", std::strerror(errno));
       return;
@@ -153,16 +156,43 @@ void FdServer::Loop() {
       }
       auto it = conns_.find(serial);
       if (it == conns_.end()) continue;  // closed earlier in this round
+      Conn* c = it->second.get();
       std::string why;
-      bool keep = true;
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-        keep = ServeReadable(it->second.get(), &why);
+      if (events[i].events & EPOLLOUT) {
+        // The client read: send more, then maybe read its next requests.
+        if (!Pump(c, &why)) {
+          Close(serial, why, /*end_session=*/true);
+          continue;
+        }
       }
-      if (keep && (events[i].events & (EPOLLHUP | EPOLLERR))) {
-        keep = false;
-        why = "the connection failed";
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP)) ready_.insert(serial);
+      if (events[i].events & (EPOLLHUP | EPOLLERR)) {
+        // Gone both ways: serve what it sent (a Return may be in it), then
+        // close.
+        if (ServeSome(c, &why) != Served::kClose) {
+          why = "the connection failed";
+        }
+        Close(serial, why, /*end_session=*/true);
       }
-      if (!keep) Close(serial, why, /*end_session=*/true);
+    }
+    // One round: each ready connection gets a few requests served.
+    std::vector<uint64_t> round(ready_.begin(), ready_.end());
+    ready_.clear();
+    for (uint64_t serial : round) {
+      auto it = conns_.find(serial);
+      if (it == conns_.end()) continue;
+      std::string why;
+      switch (ServeSome(it->second.get(), &why)) {
+        case Served::kMore:
+          ready_.insert(serial);
+          break;
+        case Served::kClose:
+          Close(serial, why, /*end_session=*/true);
+          break;
+        case Served::kIdle:
+        case Served::kBlocked:
+          break;
+      }
     }
     if (absl::Now() - last_housekeeping_ >= kHousekeepingPeriod) {
       Housekeeping();
@@ -191,11 +221,9 @@ void FdServer::AcceptAll() {
             peer.status().ToString());
       continue;
     }
-    // Blocking with timeouts: RecvFds only starts on a complete message,
-    // and SendFds must not hang on a client that does not read.
-    const timeval snd = absl::ToTimeval(options_.send_timeout);
+    // Reads start only on a complete message, so they never wait; the
+    // timeout is a guard. Sends never wait (FrameSendQueue).
     const timeval rcv = absl::ToTimeval(absl::Seconds(1));
-    ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
     ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
     auto c = std::make_unique<Conn>();
     c->serial = next_serial_++;
@@ -204,8 +232,8 @@ void FdServer::AcceptAll() {
     c->accepted = absl::Now();
     epoll_event ev{};
     // Edge-triggered: a partial message does not wake the loop again until
-    // more bytes arrive.
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    // more bytes arrive, and EPOLLOUT comes when a full socket has room.
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = c->serial;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->sock.get(), &ev) != 0) {
       Errorf("fd socket: epoll_ctl: %s", std::strerror(errno));
@@ -214,33 +242,36 @@ void FdServer::AcceptAll() {
     const uint64_t serial = c->serial;
     conns_[serial] = std::move(c);
     // Anything already queued was announced before we watched the socket.
-    std::string why;
-    if (!ServeReadable(conns_[serial].get(), &why)) {
-      Close(serial, why, /*end_session=*/true);
-    }
+    ready_.insert(serial);
   }
 }
 
-bool FdServer::ServeReadable(Conn* c, std::string* why) {
-  for (;;) {
+FdServer::Served FdServer::ServeSome(Conn* c, std::string* why) {
+  for (int served = 0; served < options_.requests_per_wakeup; ++served) {
+    // Replies the client has not taken, or a claim still being sent: its
+    // next requests wait in the socket.
+    if (c->claim != nullptr ||
+        c->out.bytes() > options_.max_queued_reply_bytes) {
+      return Served::kBlocked;
+    }
     int avail = 0;
     if (::ioctl(c->sock.get(), FIONREAD, &avail) != 0) {
       *why = absl::StrCat("FIONREAD: ", std::strerror(errno));
-      return false;
+      return Served::kClose;
     }
     uint8_t header[kFdFrameHeaderSize];
     const ssize_t peeked =
         ::recv(c->sock.get(), header, sizeof(header), MSG_PEEK | MSG_DONTWAIT);
     if (peeked == 0) {
       *why = "the client closed the connection";
-      return false;
+      return Served::kClose;
     }
     if (peeked < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        return true;  // nothing queued
+        return Served::kIdle;  // nothing queued
       }
       *why = absl::StrCat("recv: ", std::strerror(errno));
-      return false;
+      return Served::kClose;
     }
     bool complete;
     if (static_cast<size_t>(peeked) < sizeof(header)) {
@@ -260,9 +291,9 @@ bool FdServer::ServeReadable(Conn* c, std::string* why) {
       pollfd p{c->sock.get(), POLLRDHUP, 0};
       if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP))) {
         *why = "the client closed the connection in the middle of a message";
-        return false;
+        return Served::kClose;
       }
-      return true;
+      return Served::kIdle;
     }
     c->partial_since = absl::InfiniteFuture();
     absl::StatusOr<ReceivedMessage> msg =
@@ -270,24 +301,22 @@ bool FdServer::ServeReadable(Conn* c, std::string* why) {
     if (!msg.ok()) {
       // The stream is out of step: say why, then close.
       std::string unused;
-      Reply(c,
-            absl::InvalidArgumentError(
-                absl::StrCat("unreadable message on gmlaked's fd socket: ",
-                             msg.status().message())),
-            &unused);
+      ReplyStatus(c,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "unreadable message on gmlaked's fd socket: ",
+                      msg.status().message())),
+                  &unused);
       *why = absl::StrCat("unreadable message: ", msg.status().message());
-      return false;
+      return Served::kClose;
     }
-    if (!Serve(c, *msg, why)) return false;
+    if (!Serve(c, *msg, why)) return Served::kClose;
   }
+  return Served::kMore;
 }
 
-bool FdServer::Reply(Conn* c, const absl::Status& status, std::string* why) {
-  v1::FdReply reply;
-  reply.set_code(static_cast<int>(status.code()));
-  reply.set_message(std::string(status.message()));
-  reply.set_last(true);
-  absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), {});
+bool FdServer::Reply(Conn* c, const v1::FdReply& reply, std::string* why) {
+  absl::Status s = c->out.Push(reply.SerializeAsString(), {});
+  if (s.ok()) s = c->out.Flush(c->sock.get());
   if (!s.ok()) {
     *why = absl::StrCat("replying failed: ", s.message());
     return false;
@@ -295,19 +324,29 @@ bool FdServer::Reply(Conn* c, const absl::Status& status, std::string* why) {
   return true;
 }
 
+bool FdServer::ReplyStatus(Conn* c, const absl::Status& status,
+                           std::string* why) {
+  v1::FdReply reply;
+  reply.set_code(static_cast<int>(status.code()));
+  reply.set_message(std::string(status.message()));
+  reply.set_last(true);
+  return Reply(c, reply, why);
+}
+
 bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
   if (!msg.fds.empty()) {
     // They are closed with `msg`; the stream is still in step.
-    return Reply(c,
-                 absl::InvalidArgumentError(absl::StrFormat(
-                     "gmlaked takes no descriptors; the %d sent were closed",
-                     msg.fds.size())),
-                 why);
+    return ReplyStatus(c,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "gmlaked takes no descriptors; the %d sent were "
+                           "closed",
+                           msg.fds.size())),
+                       why);
   }
   v1::FdRequest req;
   if (!req.ParseFromString(msg.payload)) {
     const bool bound = c->session != 0;
-    bool ok = Reply(
+    bool ok = ReplyStatus(
         c,
         absl::InvalidArgumentError(
             "not an FdRequest (gmlake.v1) message; is the client speaking "
@@ -317,88 +356,117 @@ bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
     return ok && bound;
   }
   switch (req.kind_case()) {
-    case v1::FdRequest::kBind: {
-      if (c->session != 0) {
-        return Reply(
-            c,
-            absl::FailedPreconditionError(absl::StrFormat(
-                "this connection is bound to session %d already", c->session)),
-            why);
-      }
-      std::weak_ptr<HookTarget> target = hook_target_;
-      const uint64_t serial = c->serial;
-      absl::Status s = lake_->BindSession(
-          req.session_id(), req.token(),
-          PeerIdentity{c->peer.pid, c->peer.uid, c->peer.gid},
-          [target, serial] {
-            std::shared_ptr<HookTarget> t = target.lock();
-            if (t == nullptr) return;
-            MutexLock l(&t->mu);
-            if (t->server != nullptr) t->server->SessionEnded(serial);
-          });
-      if (s.ok()) c->session = req.session_id();
-      return Reply(c, s, why);
-    }
-    case v1::FdRequest::kClaim:
+    case v1::FdRequest::kBind:
+      return ServeBind(c, req, why);
+    case v1::FdRequest::kClaim: {
       if (c->session == 0) {
-        return Reply(c,
-                     absl::FailedPreconditionError(
-                         "bind a session on this connection before claiming "
-                         "a lease"),
-                     why);
+        return ReplyStatus(c,
+                           absl::FailedPreconditionError(
+                               "bind a session on this connection before "
+                               "claiming a lease"),
+                           why);
       }
       if (req.session_id() != c->session) {
-        return Reply(c,
-                     absl::PermissionDeniedError(absl::StrFormat(
-                         "this connection is bound to session %d, not %d",
-                         c->session, req.session_id())),
-                     why);
+        return ReplyStatus(c,
+                           absl::PermissionDeniedError(absl::StrFormat(
+                               "this connection is bound to session %d, not %d",
+                               c->session, req.session_id())),
+                           why);
       }
-      return ServeClaim(c, req.session_id(), req.token(),
-                        req.claim().lease_id(), why);
+      absl::StatusOr<std::vector<uint64_t>> ids =
+          lake_->Claim(req.session_id(), req.token(), req.claim().lease_id());
+      if (!ids.ok()) return ReplyStatus(c, ids.status(), why);
+      // The batches are made and queued as the client takes them.
+      c->claim = std::make_unique<ClaimInProgress>();
+      c->claim->lease = req.claim().lease_id();
+      c->claim->ids = *std::move(ids);
+      return Pump(c, why);
+    }
     default:
-      return Reply(c,
-                   absl::InvalidArgumentError(
-                       "an FdRequest with neither bind nor claim"),
-                   why);
+      return ReplyStatus(c,
+                         absl::InvalidArgumentError(
+                             "an FdRequest with neither bind nor claim"),
+                         why);
   }
 }
 
-bool FdServer::ServeClaim(Conn* c, uint64_t session, const std::string& token,
-                          uint64_t lease, std::string* why) {
-  absl::StatusOr<std::vector<uint64_t>> ids =
-      lake_->Claim(session, token, lease);
-  if (!ids.ok()) return Reply(c, ids.status(), why);
-  size_t done = 0;
-  do {
-    const size_t n = std::min(options_.fds_per_reply, ids->size() - done);
-    absl::Span<const uint64_t> batch(ids->data() + done, n);
+bool FdServer::ServeBind(Conn* c, const v1::FdRequest& req, std::string* why) {
+  if (c->session != 0) {
+    return ReplyStatus(
+        c,
+        absl::FailedPreconditionError(absl::StrFormat(
+            "this connection is bound to session %d already", c->session)),
+        why);
+  }
+  std::weak_ptr<HookTarget> target = hook_target_;
+  const uint64_t serial = c->serial;
+  absl::Status s = lake_->BindSession(
+      req.session_id(), req.token(),
+      PeerIdentity{c->peer.pid, c->peer.uid, c->peer.gid}, [target, serial] {
+        std::shared_ptr<HookTarget> t = target.lock();
+        if (t == nullptr) return;
+        MutexLock l(&t->mu);
+        if (t->server != nullptr) t->server->SessionEnded(serial);
+      });
+  if (s.ok()) {
+    c->session = req.session_id();
+    return ReplyStatus(c, s, why);
+  }
+  if (!ReplyStatus(c, s, why)) return false;
+  // A client that keeps guessing is not one that lost its way.
+  if (++c->refused_binds >= options_.max_refused_binds) {
+    *why = absl::StrCat(c->refused_binds,
+                        " binds refused (the last: ", s.message(), ")");
+    Warnf("fd socket: dropping a connection of pid %d uid %d: %s", c->peer.pid,
+          c->peer.uid, *why);
+    return false;
+  }
+  return true;
+}
+
+bool FdServer::Pump(Conn* c, std::string* why) {
+  for (;;) {
+    absl::Status s = c->out.Flush(c->sock.get());
+    if (!s.ok()) {
+      *why = absl::StrCat("sending replies failed: ", s.message());
+      return false;
+    }
+    ClaimInProgress* claim = c->claim.get();
+    if (claim == nullptr || c->out.bytes() > options_.max_queued_reply_bytes) {
+      break;
+    }
+    // The claim's next batch: duplicated only now, so a client that does
+    // not read holds no more of the daemon's descriptors than one batch.
+    const size_t n =
+        std::min(options_.fds_per_reply, claim->ids.size() - claim->done);
+    absl::Span<const uint64_t> batch(claim->ids.data() + claim->done, n);
     absl::StatusOr<std::vector<UniqueFd>> fds =
-        lake_->DupChunkFds(session, batch);
+        lake_->DupChunkFds(c->session, batch);
     v1::FdReply reply;
-    reply.set_lease_id(lease);
+    reply.set_lease_id(claim->lease);
     if (!fds.ok()) {
       reply.set_code(static_cast<int>(fds.status().code()));
       reply.set_message(std::string(fds.status().message()));
       reply.set_last(true);
-      absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), {});
-      if (!s.ok()) *why = absl::StrCat("sending a claim error: ", s.message());
-      return s.ok();
+      c->claim.reset();
+      s = c->out.Push(reply.SerializeAsString(), {});
+    } else {
+      claim->done += n;
+      for (uint64_t id : batch) reply.add_chunk_ids(id);
+      reply.set_last(claim->done == claim->ids.size());
+      if (reply.last()) c->claim.reset();
+      s = c->out.Push(reply.SerializeAsString(), *std::move(fds));
     }
-    done += n;
-    reply.set_code(0);
-    for (uint64_t id : batch) reply.add_chunk_ids(id);
-    reply.set_last(done == ids->size());
-    std::vector<int> raw;
-    raw.reserve(fds->size());
-    for (const UniqueFd& fd : *fds) raw.push_back(fd.get());
-    absl::Status s = SendFds(c->sock.get(), reply.SerializeAsString(), raw);
     if (!s.ok()) {
-      *why = absl::StrCat("sending descriptors of lease ", lease, ": ",
-                          s.message());
+      *why = absl::StrCat("queueing a claim's reply failed: ", s.message());
       return false;
     }
-  } while (done < ids->size());
+  }
+  // Room again: the requests it sent meanwhile can be served.
+  if (c->claim == nullptr &&
+      c->out.bytes() <= options_.max_queued_reply_bytes) {
+    ready_.insert(c->serial);
+  }
   return true;
 }
 
@@ -407,6 +475,7 @@ void FdServer::Close(uint64_t serial, absl::string_view why, bool end_session) {
   if (it == conns_.end()) return;
   std::unique_ptr<Conn> c = std::move(it->second);
   conns_.erase(it);
+  ready_.erase(serial);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->sock.get(), nullptr);
   if (c->session != 0 && end_session) {
     lake_->EndSession(
@@ -423,7 +492,11 @@ void FdServer::Housekeeping() {
   last_housekeeping_ = now;
   std::vector<std::pair<uint64_t, std::string>> drop;
   for (const auto& [serial, c] : conns_) {
-    if (now - c->partial_since > options_.partial_timeout) {
+    if (now - c->out.oldest_queued() > options_.send_timeout) {
+      drop.emplace_back(
+          serial, absl::StrCat("it left a reply unread for ",
+                               absl::FormatDuration(options_.send_timeout)));
+    } else if (now - c->partial_since > options_.partial_timeout) {
       drop.emplace_back(
           serial, absl::StrCat("a message stayed incomplete for ",
                                absl::FormatDuration(options_.partial_timeout)));
@@ -433,9 +506,13 @@ void FdServer::Housekeeping() {
   }
   for (const auto& [serial, why] : drop) {
     auto it = conns_.find(serial);
-    if (it != conns_.end() && it->second->session == 0) {
-      Warnf("fd socket: dropping a connection of pid %d: %s",
-            it->second->peer.pid, why);
+    if (it != conns_.end()) {
+      Warnf("fd socket: dropping a connection of pid %d%s: %s",
+            it->second->peer.pid,
+            it->second->session == 0
+                ? ""
+                : absl::StrCat(" (session ", it->second->session, ")"),
+            why);
     }
     Close(serial, why, /*end_session=*/true);
   }

@@ -11,11 +11,18 @@
 // closing ends the session, and a session ending elsewhere (Watch stream
 // broken, process gone, CloseSession) closes the connection.
 //
-// The loop never blocks on a client: it reads a message only once all of
-// it is in the socket buffer (FIONREAD against the peeked header), and
-// sends have a timeout (a client that does not read is dropped). Garbage,
-// oversized messages, descriptors sent to the daemon, partial messages that
-// stall and unbound connections that linger are answered with an error
+// The loop never blocks on a client. It reads a message only once all of
+// it is in the socket buffer (FIONREAD against the peeked header). Replies
+// go to a queue per connection that is flushed without blocking as the
+// client reads; a connection whose oldest queued reply has waited
+// send_timeout in all is dropped, one with max_queued_reply_bytes queued or
+// a claim being sent is not read from (so a client that does not read
+// cannot make the daemon buffer without bound), and a claim's descriptors
+// are made batch by batch as the queue drains. Each wakeup serves at most a few requests per
+// connection, so one busy client delays the others by little, and
+// housekeeping runs on time. Garbage, oversized messages, descriptors sent
+// to the daemon, partial messages that stall, unbound connections that
+// linger or keep sending binds that are refused are answered with an error
 // where possible and closed; none of them leaks a descriptor or a chunk.
 
 #ifndef GMLAKE_DAEMON_FD_SERVER_H_
@@ -25,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +46,7 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "daemon/lake.h"
+#include "proto/gmlake.pb.h"
 
 namespace gmlake {
 
@@ -45,7 +54,7 @@ struct FdServerOptions {
   std::string path;
   // Permissions of the socket file (clients of every uid connect).
   mode_t mode = 0666;
-  // A client that does not take a reply within this is dropped.
+  // A client that leaves a reply unread this long in all is dropped.
   absl::Duration send_timeout = absl::Seconds(2);
   // A message that stays incomplete this long drops its connection.
   absl::Duration partial_timeout = absl::Seconds(2);
@@ -55,6 +64,13 @@ struct FdServerOptions {
   size_t max_connections = 16384;
   // Descriptors per reply message (at most kMaxFdsPerGroup: one sendmsg).
   size_t fds_per_reply = kMaxFdsPerGroup;
+  // Requests served per connection per wakeup of the loop.
+  int requests_per_wakeup = 8;
+  // Reply bytes a connection may have queued before the daemon stops
+  // reading its requests (and making its claim's next batch).
+  size_t max_queued_reply_bytes = 16 << 10;
+  // Binds refused on one connection before it is dropped.
+  int max_refused_binds = 3;
 };
 
 // Largest FdRequest payload the daemon reads.
@@ -79,6 +95,13 @@ class FdServer {
   const std::string& path() const { return options_.path; }
 
  private:
+  // A claim whose descriptors are being sent, a batch at a time.
+  struct ClaimInProgress {
+    uint64_t lease = 0;
+    std::vector<uint64_t> ids;
+    size_t done = 0;
+  };
+
   struct Conn {
     uint64_t serial = 0;
     UniqueFd sock;
@@ -86,20 +109,34 @@ class FdServer {
     uint64_t session = 0;  // 0 until bound
     absl::Time accepted;
     absl::Time partial_since = absl::InfiniteFuture();
+    FrameSendQueue out;
+    std::unique_ptr<ClaimInProgress> claim;
+    int refused_binds = 0;
+  };
+
+  // What serving a connection's requests came to.
+  enum class Served {
+    kIdle,     // nothing more queued
+    kMore,     // requests left: serve again next round
+    kBlocked,  // replies or a claim pending: resumes when the queue drains
+    kClose,    // close the connection (reason in *why)
   };
 
   FdServer(Lake* lake, FdServerOptions options, UniqueFd listener,
            UniqueFd wake, UniqueFd epoll);
   void Loop();
   void AcceptAll();
-  // Reads and serves every complete message queued on `c`. Returns false
-  // when the connection must close (the reason in *why).
-  bool ServeReadable(Conn* c, std::string* why);
+  // Serves up to requests_per_wakeup complete requests queued on `c`.
+  Served ServeSome(Conn* c, std::string* why);
   // Serves one request; false to close the connection.
   bool Serve(Conn* c, const ReceivedMessage& msg, std::string* why);
-  bool Reply(Conn* c, const absl::Status& status, std::string* why);
-  bool ServeClaim(Conn* c, uint64_t session, const std::string& token,
-                  uint64_t lease, std::string* why);
+  bool ServeBind(Conn* c, const v1::FdRequest& req, std::string* why);
+  // Queues a reply and sends what the socket takes; false to close.
+  bool Reply(Conn* c, const v1::FdReply& reply, std::string* why);
+  bool ReplyStatus(Conn* c, const absl::Status& status, std::string* why);
+  // Sends what is queued for `c` and makes the next batches of its claim
+  // while the queue has room; false to close.
+  bool Pump(Conn* c, std::string* why);
   void Close(uint64_t serial, absl::string_view why, bool end_session);
   void Housekeeping();
   // Called by the Lake when a bound session ends: closes its connection.
@@ -116,6 +153,9 @@ class FdServer {
 
   // Owned by the loop thread.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  // Connections with requests to serve in the next round (ordered, so every
+  // connection gets its turn).
+  std::set<uint64_t> ready_;
   uint64_t next_serial_ = 2;  // 0: listener, 1: wake
   absl::Time last_housekeeping_;
 

@@ -7,6 +7,7 @@
 // (raw_client, which speaks the protocol by hand) and real sockets.
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -124,6 +125,78 @@ TEST_F(Attack, ChunkMemfdsCannotBeResized) {
   ASSERT_OK(c->Command("return_held"));
   TrimAll();
   ExpectAlive();
+}
+
+// Fields of a raw_client "flood_status" answer.
+struct FloodStatus {
+  uint64_t sent = 0;
+  bool closed = false;
+};
+absl::StatusOr<FloodStatus> Flood(ClientProcess* c) {
+  absl::StatusOr<std::string> got = c->Command("flood_status");
+  if (!got.ok()) return got.status();
+  std::vector<std::string> w = absl::StrSplit(*got, ' ');
+  FloodStatus f;
+  if (w.size() != 3 || !absl::SimpleAtoi(w[0], &f.sent)) {
+    return absl::InternalError(absl::StrCat("bad flood_status: ", *got));
+  }
+  f.closed = w[2] == "closed";
+  return f;
+}
+
+// One connection queues hundreds of requests that are refused and reads the
+// replies at 256 bytes/s. The fd socket's single thread used to stay with
+// it (each send's timeout restarting after every partial send): another
+// uid's bind hung and failed, and housekeeping stopped.
+TEST_F(Attack, ASlowReaderOnTheFdSocketStallsNobody) {
+  for (const char* kind : {"bind", "claim"}) {
+    SCOPED_TRACE(kind);
+    StartDaemon({"--capacity=16MiB", "--bind_timeout=1s"});
+    ClientProcess* slow = Client(65534, "slow");
+    ASSERT_NE(slow, nullptr);
+    ASSERT_OK(slow->Command(absl::StrCat("flood 3000 ", kind)));
+    // Until the daemon's socket buffer towards it is full and the flood
+    // stops going in (or the daemon has dropped it).
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    uint64_t last_sent = 0;
+    absl::Time last_progress = absl::Now();
+    for (;;) {
+      absl::StatusOr<FloodStatus> f = Flood(slow);
+      ASSERT_OK(f);
+      if (f->closed) break;
+      if (f->sent != last_sent) {
+        last_sent = f->sent;
+        last_progress = absl::Now();
+      } else if (f->sent >= 100 &&
+                 absl::Now() - last_progress > absl::Milliseconds(500)) {
+        break;
+      }
+      ASSERT_LT(absl::Now(), deadline)
+          << "the flood did not get going: " << f->sent << " sent";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    // A connection that never binds is still dropped on time.
+    absl::StatusOr<UniqueFd> idle = ConnectUnix(daemon_->fd_socket());
+    ASSERT_OK(idle);
+    // Another uid opens, binds, leases and claims meanwhile.
+    ClientProcess* victim = Client(2002, "victim");
+    ASSERT_NE(victim, nullptr);
+    ASSERT_OK(victim->Command("lease 0 2"));
+    ASSERT_OK(victim->Command("fill 5"));
+    // The slow reader is dropped, and so is the idle connection.
+    for (;;) {
+      absl::StatusOr<FloodStatus> f = Flood(slow);
+      ASSERT_OK(f);
+      if (f->closed) break;
+      ASSERT_LT(absl::Now(), deadline + absl::Seconds(30))
+          << "the slow reader was never dropped\n"
+          << daemon_->Log();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    pollfd p{idle->get(), POLLRDHUP, 0};
+    EXPECT_EQ(::poll(&p, 1, 20000), 1) << "the idle connection stayed open";
+    ExpectAlive();
+  }
 }
 
 }  // namespace

@@ -19,15 +19,23 @@
 //   count B            chunks held whose first byte is B    -> ok <n>
 //   truncate ID SIZE   ftruncate that chunk's memfd         -> ok | err
 //   close              CloseSession                         -> ok <bytes>
+//   flood N KIND       in the background, sends N requests that are refused
+//                      (KIND bind: binds with a wrong token on a new
+//                      connection; claim: claims of an unknown lease on the
+//                      bound one) and reads the replies at 256 bytes/s
+//                                                          -> ok
+//   flood_status       -> ok <sent> <bytes read> <open|closed>
 //   quit               exit 0 (the session ends with the process)
 //
 // Held chunks are mapped with mmap, as an attacker would map a memfd.
 
 #include <grp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -90,6 +98,7 @@ class RawClient {
     session_ = resp.session_id();
     token_ = resp.token();
     chunk_size_ = resp.devices(0).chunk_size();
+    fd_path_ = resp.fd_socket();
     absl::StatusOr<UniqueFd> fd = ConnectUnix(resp.fd_socket());
     if (!fd.ok()) return fd.status();
     fd_ = *std::move(fd);
@@ -195,11 +204,22 @@ class RawClient {
       if (!s.ok()) return s;
       return absl::StrCat(resp.returned_bytes());
     }
+    if (cmd == "flood") return Flood(arg(1), w.size() > 2 ? w[2] : "");
+    if (cmd == "flood_status") {
+      pollfd p{flood_sock_, POLLRDHUP, 0};
+      const bool closed =
+          flood_sock_ < 0 ||
+          (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP)));
+      return absl::StrCat(flood_sent_.load(), " ", flood_read_.load(), " ",
+                          closed ? "closed" : "open");
+    }
     return absl::InvalidArgumentError(absl::StrCat("unknown command ", cmd));
   }
 
   void Finish() {
     if (pending_.joinable()) pending_.join();
+    flood_stop_ = true;
+    for (std::thread& t : flood_threads_) t.join();
   }
 
  private:
@@ -256,6 +276,44 @@ class RawClient {
     return out;
   }
 
+  absl::StatusOr<std::string> Flood(uint64_t n, const std::string& kind) {
+    if (flood_sock_ >= 0) return absl::FailedPreconditionError("flooding");
+    v1::FdRequest req;
+    req.set_session_id(session_);
+    if (kind == "bind") {
+      absl::StatusOr<UniqueFd> fd = ConnectUnix(fd_path_);
+      if (!fd.ok()) return fd.status();
+      flood_owned_ = *std::move(fd);
+      flood_sock_ = flood_owned_.get();
+      req.set_token("not the token");
+      req.mutable_bind();
+    } else if (kind == "claim") {
+      flood_sock_ = fd_.get();
+      req.set_token(token_);
+      req.mutable_claim()->set_lease_id(999999999);
+    } else {
+      return absl::InvalidArgumentError("flood bind|claim");
+    }
+    const std::string frame = req.SerializeAsString();
+    const int sock = flood_sock_;
+    flood_threads_.emplace_back([this, sock, n, frame] {
+      for (uint64_t i = 0; i < n && !flood_stop_; ++i) {
+        if (!SendFds(sock, frame, {}).ok()) return;
+        ++flood_sent_;
+      }
+    });
+    flood_threads_.emplace_back([this, sock] {
+      while (!flood_stop_) {
+        char buf[256];
+        const ssize_t got = ::recv(sock, buf, sizeof(buf), MSG_DONTWAIT);
+        if (got == 0) return;
+        if (got > 0) flood_read_ += got;
+        ::usleep(1000 * 1000);
+      }
+    });
+    return std::string();
+  }
+
   void Drop(uint64_t id) {
     auto it = held_.find(id);
     if (it == held_.end()) return;
@@ -296,6 +354,13 @@ class RawClient {
   std::map<uint64_t, Held> held_;
   std::thread pending_;
   absl::StatusOr<v1::LeaseResponse> pending_result_;
+  std::string fd_path_;
+  UniqueFd flood_owned_;
+  int flood_sock_ = -1;
+  std::vector<std::thread> flood_threads_;
+  std::atomic<bool> flood_stop_{false};
+  std::atomic<uint64_t> flood_sent_{0};
+  std::atomic<uint64_t> flood_read_{0};
 };
 
 int Main() {
