@@ -91,6 +91,12 @@ ABSL_FLAG(absl::Duration, claim_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, liveness_interval, absl::Milliseconds(200),
           "How often to check that the sessions' processes still run.");
 ABSL_FLAG(int, max_sessions, 8192, "Most sessions at once.");
+ABSL_FLAG(int, max_sessions_per_uid, 512,
+          "Most sessions one uid may have at once (ended ones still holding "
+          "chunks included).");
+ABSL_FLAG(int, max_unbound_sessions, 128,
+          "Most sessions opened and not yet bound on the fd socket; at the "
+          "limit, one waiting over 1s makes room for a new one.");
 ABSL_FLAG(bool, check_claimed_pid, true,
           "Require the fd-socket peer's pid to be the pid the client "
           "claimed (turn off for clients in another pid namespace).");
@@ -330,6 +336,13 @@ absl::Status Run(const ServiceNotifier& notifier) {
     return absl::InvalidArgumentError("--max_sessions must be positive");
   }
   lo.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  if (absl::GetFlag(FLAGS_max_sessions_per_uid) <= 0 ||
+      absl::GetFlag(FLAGS_max_unbound_sessions) <= 0) {
+    return absl::InvalidArgumentError(
+        "--max_sessions_per_uid and --max_unbound_sessions must be positive");
+  }
+  lo.max_sessions_per_uid = absl::GetFlag(FLAGS_max_sessions_per_uid);
+  lo.max_unbound_sessions = absl::GetFlag(FLAGS_max_unbound_sessions);
   lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
   lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
   lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
@@ -371,12 +384,12 @@ absl::Status Run(const ServiceNotifier& notifier) {
   }
   Logf(
       "limits: uid quota %s, session quota %s, scrub %s, reclaim timeout "
-      "%s%s, max sessions %d, open files %d",
+      "%s%s, max sessions %d (%d per uid, %d unbound), open files %d",
       lo.uid_quota_bytes ? FormatBytes(lo.uid_quota_bytes) : "none",
       lo.session_quota_bytes ? FormatBytes(lo.session_quota_bytes) : "none",
       ScrubPolicyName(lo.scrub), absl::FormatDuration(lo.reclaim_timeout),
       lo.prefer_reclaim ? " (reclaim before creating)" : "", lo.max_sessions,
-      fd_limit);
+      lo.max_sessions_per_uid, lo.max_unbound_sessions, fd_limit);
   Logf(
       "release: free chunks unused for %s go back to the driver, down to "
       "--precreate",

@@ -174,6 +174,14 @@ absl::StatusOr<std::unique_ptr<Lake>> Lake::Create(VmmBackend* backend,
   if (options.max_sessions == 0) {
     return absl::InvalidArgumentError("--max_sessions must be positive");
   }
+  if (options.max_sessions_per_uid == 0) {
+    return absl::InvalidArgumentError(
+        "--max_sessions_per_uid must be positive");
+  }
+  if (options.max_unbound_sessions == 0) {
+    return absl::InvalidArgumentError(
+        "--max_unbound_sessions must be positive");
+  }
   std::unique_ptr<Lake> lake(new Lake(backend, std::move(options)));
   {
     MutexLock lock(&lake->mu_);
@@ -280,9 +288,46 @@ absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
     return absl::InvalidArgumentError(
         absl::StrCat("pid ", claimed_pid, " is not a process id"));
   }
-  MutexLock lock(&mu_);
+  Aftermath after;
+  absl::StatusOr<SessionTicket> ticket;
+  {
+    MutexLock lock(&mu_);
+    ticket = OpenSessionLocked(claimed_pid, name, &after);
+  }
+  after.Run(backend_);
+  return ticket;
+}
+
+absl::StatusOr<SessionTicket> Lake::OpenSessionLocked(pid_t claimed_pid,
+                                                      absl::string_view name,
+                                                      Aftermath* after) {
   if (shutting_down_) {
     return absl::UnavailableError("gmlaked is shutting down");
+  }
+  const absl::Time now = absl::Now();
+  // Unbound sessions have no uid yet: they are capped apart, and the one
+  // that waited longest makes room once it is clearly not binding.
+  size_t unbound = 0;
+  Session* oldest = nullptr;
+  for (const auto& [id, s] : sessions_) {
+    if (s->bound) continue;
+    ++unbound;
+    if (oldest == nullptr || s->opened < oldest->opened) oldest = s.get();
+  }
+  if (unbound >= options_.max_unbound_sessions) {
+    if (oldest == nullptr ||
+        now - oldest->opened < options_.unbound_eviction_age) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%d sessions are waiting to be bound on the fd socket, gmlaked's "
+          "limit (--max_unbound_sessions); retry in a moment",
+          unbound));
+    }
+    EndSessionLocked(
+        oldest->id,
+        absl::StrFormat("evicted unbound after %s: %d sessions were waiting "
+                        "to be bound (--max_unbound_sessions)",
+                        absl::FormatDuration(now - oldest->opened), unbound),
+        EndKind::kOther, after);
   }
   if (sessions_.size() >= options_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -294,7 +339,7 @@ absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
   s->token = NewToken();
   s->claimed_pid = claimed_pid;
   s->name = std::string(name.substr(0, kMaxNameBytes));
-  s->opened = absl::Now();
+  s->opened = now;
   SessionTicket ticket{s->id, s->token};
   VLogf("%s opened", SessionLabel(s->id, s->name, claimed_pid));
   sessions_[s->id] = std::move(s);
@@ -310,7 +355,20 @@ absl::Status Lake::Authenticate(uint64_t session,
 absl::Status Lake::BindSession(uint64_t session, absl::string_view token,
                                const PeerIdentity& peer,
                                std::function<void()> on_end) {
-  MutexLock lock(&mu_);
+  Aftermath after;
+  absl::Status bound;
+  {
+    MutexLock lock(&mu_);
+    bound = BindSessionLocked(session, token, peer, std::move(on_end), &after);
+  }
+  after.Run(backend_);
+  return bound;
+}
+
+absl::Status Lake::BindSessionLocked(uint64_t session, absl::string_view token,
+                                     const PeerIdentity& peer,
+                                     std::function<void()> on_end,
+                                     Aftermath* after) {
   absl::StatusOr<Session*> found = FindLocked(session, token);
   if (!found.ok()) return found.status();
   Session* s = *found;
@@ -324,6 +382,21 @@ absl::Status Lake::BindSession(uint64_t session, absl::string_view token,
         "bind from the process that opened the session (clients in another "
         "pid namespace need gmlaked --nocheck_claimed_pid)",
         session, s->claimed_pid, peer.pid));
+  }
+  // Ended sessions still holding chunks count: they hold the uid's memory.
+  size_t of_uid = 0;
+  for (const auto* table : {&sessions_, &orphans_}) {
+    for (const auto& [id, other] : *table) {
+      if (other->bound && other->peer.uid == peer.uid) ++of_uid;
+    }
+  }
+  if (of_uid >= options_.max_sessions_per_uid) {
+    const absl::Status refused = absl::ResourceExhaustedError(absl::StrFormat(
+        "uid %d already has %d sessions, gmlaked's limit per uid "
+        "(--max_sessions_per_uid): close sessions it no longer uses",
+        peer.uid, of_uid));
+    EndSessionLocked(session, refused.message(), EndKind::kOther, after);
+    return refused;
   }
   s->bound = true;
   s->peer = peer;

@@ -114,6 +114,17 @@ struct LakeOptions {
   absl::Duration claim_timeout = absl::Seconds(30);
   // Most sessions at once.
   size_t max_sessions = 8192;
+  // Most sessions one uid may have bound at once, ended ones still holding
+  // chunks included (--max_sessions_per_uid): one uid cannot take every
+  // session.
+  size_t max_sessions_per_uid = 512;
+  // Most sessions opened and not bound yet (--max_unbound_sessions). The
+  // uid of a session is known only once bound, so these are capped apart:
+  // at the cap, a new session takes the place of the one that has waited
+  // longest if that one has waited unbound_eviction_age (clients bind right
+  // after opening), and is refused otherwise.
+  size_t max_unbound_sessions = 128;
+  absl::Duration unbound_eviction_age = absl::Seconds(1);
   // Whether the fd-socket peer's pid must equal the pid claimed at
   // OpenSession (turn off for clients in another pid namespace).
   bool check_claimed_pid = true;
@@ -195,14 +206,16 @@ class Lake {
   // --- Sessions --------------------------------------------------------------
 
   // Opens an unbound session for a client that says it is `claimed_pid`.
-  // ResourceExhausted past max_sessions.
+  // ResourceExhausted past max_sessions or max_unbound_sessions.
   absl::StatusOr<SessionTicket> OpenSession(pid_t claimed_pid,
                                             absl::string_view name);
   // Binds a session to the fd-socket connection whose peer is `peer`. From
   // then on the session is usable, its uid/gid are the peer's and
   // `on_end` (may be null) is called once when the session ends, for any
   // reason. PermissionDenied for a bad token, a pid that is not the claimed
-  // one (with check_claimed_pid) or a session bound already.
+  // one (with check_claimed_pid) or a session bound already;
+  // ResourceExhausted (and the session ends) when the peer's uid has
+  // max_sessions_per_uid sessions already.
   absl::Status BindSession(uint64_t session, absl::string_view token,
                            const PeerIdentity& peer,
                            std::function<void()> on_end);
@@ -386,6 +399,14 @@ class Lake {
 
   Lake(VmmBackend* backend, LakeOptions options);
   absl::Status Precreate();
+  absl::StatusOr<SessionTicket> OpenSessionLocked(pid_t claimed_pid,
+                                                  absl::string_view name,
+                                                  Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BindSessionLocked(uint64_t session, absl::string_view token,
+                                 const PeerIdentity& peer,
+                                 std::function<void()> on_end, Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One step of a lease's admission: checks the session, device and quotas,
   // then reserves the chunks (true: `lease` is filled), or queues pressure

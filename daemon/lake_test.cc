@@ -827,6 +827,46 @@ TEST_F(LakeTest, QuotasCountLeasesInFlight) {
   EXPECT_TRUE(lake_->Lease(a2.id, a2.token, 0, 10).ok());
 }
 
+TEST_F(LakeTest, SessionsPerUidAndUnboundSessionsAreCapped) {
+  LakeOptions o = Options(8);
+  o.max_sessions_per_uid = 2;
+  o.max_unbound_sessions = 2;
+  o.unbound_eviction_age = absl::Milliseconds(50);
+  Make(std::move(o));
+  Open(1000);
+  Open(1000);
+  absl::StatusOr<SessionTicket> third = lake_->OpenSession(::getpid(), "3");
+  ASSERT_TRUE(third.ok());
+  absl::Status b = lake_->BindSession(third->id, third->token,
+                                      {::getpid(), 1000, 1000}, nullptr);
+  EXPECT_EQ(b.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(b.message(), HasSubstr("uid 1000 already has 2 sessions"));
+  EXPECT_THAT(b.message(), HasSubstr("--max_sessions_per_uid"));
+  // The refused session is gone, and another uid is not affected.
+  EXPECT_EQ(lake_->Authenticate(third->id, third->token).code(),
+            absl::StatusCode::kNotFound);
+  Open(2000);
+
+  // Unbound: two wait, a third is refused until the oldest has waited long.
+  absl::StatusOr<SessionTicket> u1 = lake_->OpenSession(::getpid(), "u1");
+  absl::StatusOr<SessionTicket> u2 = lake_->OpenSession(::getpid(), "u2");
+  ASSERT_TRUE(u1.ok() && u2.ok());
+  absl::StatusOr<SessionTicket> u3 = lake_->OpenSession(::getpid(), "u3");
+  EXPECT_EQ(u3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(u3.status().message(), HasSubstr("--max_unbound_sessions"));
+  absl::SleepFor(absl::Milliseconds(60));
+  u3 = lake_->OpenSession(::getpid(), "u3");
+  ASSERT_TRUE(u3.ok()) << u3.status();
+  EXPECT_EQ(lake_->Authenticate(u1->id, u1->token).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(lake_->Authenticate(u2->id, u2->token).ok());
+  // Binding frees its place.
+  EXPECT_TRUE(
+      lake_->BindSession(u2->id, u2->token, {::getpid(), 3000, 3000}, nullptr)
+          .ok());
+  EXPECT_TRUE(lake_->OpenSession(::getpid(), "u4").ok());
+}
+
 TEST(ScrubPolicyTest, Parse) {
   EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
   EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);

@@ -199,6 +199,51 @@ TEST_F(Attack, ASlowReaderOnTheFdSocketStallsNobody) {
   }
 }
 
+// One uid used to be able to open and bind every session (8192 in 4 s),
+// after which every other user was refused. Now each uid has its own cap,
+// and sessions not yet bound (whose uid is unknown) a small one apart.
+TEST_F(Attack, OneUidCannotTakeEverySession) {
+  StartDaemon({"--capacity=16MiB", "--max_sessions_per_uid=4",
+               "--max_unbound_sessions=4"});
+  for (int i = 0; i < 4; ++i) ASSERT_NE(Client(2000, "hog"), nullptr);
+  absl::StatusOr<std::unique_ptr<ClientProcess>> fifth =
+      ClientProcess::StartBinary("tests/integration/raw_client",
+                                 daemon_->socket(), {"--uid=2000"});
+  ASSERT_FALSE(fifth.ok());
+  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(fifth.status().message(), HasSubstr("--max_sessions_per_uid"));
+  ClientProcess* other = Client(2002, "other");
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK(other->Command("lease 0 1"));
+
+  // Sessions opened and never bound.
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext ctx;
+    v1::OpenSessionRequest req;
+    req.set_pid(::getpid());
+    req.set_protocol_version(ProtocolVersion());
+    v1::OpenSessionResponse resp;
+    ASSERT_OK(FromGrpc(daemon_->stub()->OpenSession(&ctx, req, &resp)));
+  }
+  absl::StatusOr<std::unique_ptr<ClientProcess>> refused =
+      ClientProcess::StartBinary("tests/integration/raw_client",
+                                 daemon_->socket(), {"--uid=2003"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max_unbound_sessions"));
+  // Those that clearly are not binding make room (after 1 s).
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<ClientProcess>> late =
+        ClientProcess::StartBinary("tests/integration/raw_client",
+                                   daemon_->socket(), {"--uid=2003"});
+    if (late.ok()) break;
+    ASSERT_THAT(late.status().message(), HasSubstr("--max_unbound_sessions"));
+    ASSERT_LT(absl::Now(), deadline) << "no room was made";
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ExpectAlive();
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace gmlake
