@@ -81,6 +81,11 @@ ABSL_FLAG(std::string, scrub, "cross-uid",
           "cross-uid (those going to another uid) or never.");
 ABSL_FLAG(absl::Duration, reclaim_timeout, absl::Seconds(2),
           "How long a lease waits for other sessions to return memory.");
+ABSL_FLAG(int, max_waiting_leases, 64,
+          "Most leases waiting for other sessions to return memory at once; "
+          "each holds a thread. Past it, a lease that would wait fails.");
+ABSL_FLAG(int, max_waiting_leases_per_uid, 16,
+          "Most leases of one uid waiting for memory at once.");
 ABSL_FLAG(bool, prefer_reclaim, false,
           "Before creating chunks for a lease, ask other sessions for the "
           "memory they cache and do not use; create only the rest.");
@@ -330,6 +335,15 @@ absl::Status Run(const ServiceNotifier& notifier) {
   lo.scrub = *scrub;
   lo.reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
   lo.prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
+  if (absl::GetFlag(FLAGS_max_waiting_leases) <= 0 ||
+      absl::GetFlag(FLAGS_max_waiting_leases_per_uid) <= 0) {
+    return absl::InvalidArgumentError(
+        "--max_waiting_leases and --max_waiting_leases_per_uid must be "
+        "positive");
+  }
+  lo.max_waiting_leases = absl::GetFlag(FLAGS_max_waiting_leases);
+  lo.max_waiting_leases_per_uid =
+      absl::GetFlag(FLAGS_max_waiting_leases_per_uid);
   lo.bind_timeout = absl::GetFlag(FLAGS_bind_timeout);
   lo.claim_timeout = absl::GetFlag(FLAGS_claim_timeout);
   if (absl::GetFlag(FLAGS_max_sessions) <= 0) {

@@ -178,6 +178,12 @@ absl::StatusOr<std::unique_ptr<Lake>> Lake::Create(VmmBackend* backend,
     return absl::InvalidArgumentError(
         "--max_sessions_per_uid must be positive");
   }
+  if (options.max_waiting_leases == 0 ||
+      options.max_waiting_leases_per_uid == 0) {
+    return absl::InvalidArgumentError(
+        "--max_waiting_leases and --max_waiting_leases_per_uid must be "
+        "positive");
+  }
   if (options.max_unbound_sessions == 0) {
     return absl::InvalidArgumentError(
         "--max_unbound_sessions must be positive");
@@ -909,6 +915,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
         ++leases_failed_;
         NotePressureWaitLocked(wait.pressure_since);
       }
+      if (!reserved.ok() || *reserved) StopWaitingLocked(&wait);
     }
     after.Run(backend_);
     if (!reserved.ok()) return reserved.status();
@@ -1033,6 +1040,15 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
       }
     }
     if (all_answered) {
+      // From here the lease waits for answers, holding its thread.
+      if (absl::Status may = StartWaitingLocked(uid, wait); !may.ok()) {
+        if (wait->reclaim_first) {  // do not wait: create what is missing
+          wait->reclaim_first = false;
+          continue;
+        }
+        return absl::ResourceExhaustedError(
+            absl::StrCat(describe(), "; ", may.message()));
+      }
       std::vector<uint64_t> more =
           SendPressureLocked(*s, device, short_bytes, wait->asked, after);
       if (more.empty()) {
@@ -1072,9 +1088,40 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
           describe(), wait->asked.size(),
           absl::FormatDuration(options_.reclaim_timeout)));
     }
-    ++waiting_leases_;
     freed_.WaitWithDeadline(&mu_, wait->deadline);
-    --waiting_leases_;
+  }
+}
+
+absl::Status Lake::StartWaitingLocked(int64_t uid, LeaseWait* wait) {
+  if (wait->waiting) return absl::OkStatus();
+  auto it = waiting_by_uid_.find(uid);
+  const size_t of_uid = it == waiting_by_uid_.end() ? 0 : it->second;
+  if (of_uid >= options_.max_waiting_leases_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d leases of uid %d already wait for memory, gmlaked's limit per "
+        "uid (--max_waiting_leases_per_uid): retry once some are served",
+        of_uid, uid));
+  }
+  if (waiting_leases_ >= options_.max_waiting_leases) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d leases already wait for memory, gmlaked's limit "
+                        "(--max_waiting_leases): retry once some are served",
+                        waiting_leases_));
+  }
+  ++waiting_by_uid_[uid];
+  ++waiting_leases_;
+  wait->waiting = true;
+  wait->waiting_uid = uid;
+  return absl::OkStatus();
+}
+
+void Lake::StopWaitingLocked(LeaseWait* wait) {
+  if (!wait->waiting) return;
+  wait->waiting = false;
+  --waiting_leases_;
+  auto it = waiting_by_uid_.find(wait->waiting_uid);
+  if (it != waiting_by_uid_.end() && --it->second == 0) {
+    waiting_by_uid_.erase(it);
   }
 }
 

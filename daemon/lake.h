@@ -102,6 +102,11 @@ struct LakeOptions {
   ScrubPolicy scrub = ScrubPolicy::kCrossUid;
   // How long a lease waits for other sessions to return memory.
   absl::Duration reclaim_timeout = absl::Seconds(2);
+  // Most leases waiting for memory at once, over all uids and per uid
+  // (--max_waiting_leases, --max_waiting_leases_per_uid). A waiting lease
+  // holds a gRPC thread; past these, a lease that would wait fails at once.
+  size_t max_waiting_leases = 64;
+  size_t max_waiting_leases_per_uid = 16;
   // Before creating new chunks for a lease, ask the other sessions for the
   // memory they cache and do not use (bounded by reclaim_timeout), and
   // create only what they did not give. Keeps the node's footprint near
@@ -393,7 +398,9 @@ class Lake {
     bool admitted_once = false;  // the token was checked once
     // Since when it asked others for memory (never: InfiniteFuture).
     absl::Time pressure_since = absl::InfiniteFuture();
-    std::vector<uint64_t> asked;          // sessions asked for memory
+    bool waiting = false;         // counted in waiting_leases_
+    int64_t waiting_uid = -1;     // and in waiting_by_uid_ under this uid
+    std::vector<uint64_t> asked;  // sessions asked for memory
     std::vector<uint64_t> asked_reports;  // their report counts then
   };
 
@@ -418,6 +425,11 @@ class Lake {
                                         uint64_t count, LeaseWait* wait,
                                         InFlightLease* lease, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the lease as waiting for memory, unless the caps say it may not
+  // wait (ResourceExhausted).
+  absl::Status StartWaitingLocked(int64_t uid, LeaseWait* wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopWaitingLocked(LeaseWait* wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes free chunks (and room for the rest) for `lease`.
   void ReserveLocked(Session* s, InFlightLease* lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -520,7 +532,9 @@ class Lake {
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_chunk_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
-  int waiting_leases_ ABSL_GUARDED_BY(mu_) = 0;
+  // Leases waiting for memory, in all and per uid.
+  size_t waiting_leases_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int64_t, size_t> waiting_by_uid_ ABSL_GUARDED_BY(mu_);
 
   // Counters for Status.
   uint64_t leases_served_ ABSL_GUARDED_BY(mu_) = 0;

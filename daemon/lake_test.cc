@@ -867,6 +867,49 @@ TEST_F(LakeTest, SessionsPerUidAndUnboundSessionsAreCapped) {
   EXPECT_TRUE(lake_->OpenSession(::getpid(), "u4").ok());
 }
 
+TEST_F(LakeTest, WaitingLeasesAreCappedPerUidAndInAll) {
+  LakeOptions o = Options(2);
+  o.reclaim_timeout = absl::Seconds(30);  // they wait until the hog leaves
+  o.max_waiting_leases = 2;
+  o.max_waiting_leases_per_uid = 1;
+  Make(std::move(o));
+  SessionTicket hog = Open(1000, "hog");
+  ASSERT_TRUE(lake_->Lease(hog.id, hog.token, 0, 2).ok());
+  auto silent = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, silent).ok());
+  SessionTicket a = Open(2000, "a"), a2 = Open(2000, "a2");
+  SessionTicket b = Open(3000, "b"), c = Open(4000, "c");
+  std::vector<std::thread> waiting;
+  std::atomic<int> aborted{0};
+  for (const SessionTicket* t : {&a, &b}) {
+    waiting.emplace_back([&, t] {
+      absl::StatusOr<LeaseGrant> g = lake_->Lease(t->id, t->token, 0, 1);
+      aborted += g.status().code() == absl::StatusCode::kAborted;
+    });
+  }
+  // Both wait once the hog has been asked twice.
+  for (;;) {
+    if (silent->got().size() == 2) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(a2.id, a2.token, 0, 1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("1 leases of uid 2000 already wait for memory"));
+  EXPECT_THAT(g.status().message(), HasSubstr("--max_waiting_leases_per_uid"));
+  g = lake_->Lease(c.id, c.token, 0, 1);
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("2 leases already wait for memory, gmlaked's limit "
+                        "(--max_waiting_leases)"));
+  // They end with their sessions; the places are free again.
+  lake_->EndSession(a.id, "test");
+  lake_->EndSession(b.id, "test");
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(aborted.load(), 2);
+  ASSERT_TRUE(lake_->CloseSession(hog.id, hog.token).ok());
+  EXPECT_TRUE(lake_->Lease(a2.id, a2.token, 0, 1).ok());
+}
+
 TEST(ScrubPolicyTest, Parse) {
   EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
   EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -240,6 +242,75 @@ TEST_F(Attack, OneUidCannotTakeEverySession) {
     ASSERT_THAT(late.status().message(), HasSubstr("--max_unbound_sessions"));
     ASSERT_LT(absl::Now(), deadline) << "no room was made";
     absl::SleepFor(absl::Milliseconds(100));
+  }
+  ExpectAlive();
+}
+
+// Threads of process `pid` (entries of /proc/PID/task).
+int Threads(pid_t pid) {
+  DIR* d = ::opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+// With a holder that never answers pressure (stopped), 300 leases from two
+// uids all have to wait for memory. Each waiting lease holds one of gRPC's
+// threads, and the daemon used to grow to 314 threads. Waiting leases are
+// capped per uid and in all; the rest fail at once, saying so.
+TEST_F(Attack, WaitingLeasesDoNotEachHoldAThread) {
+  StartDaemon({"--capacity=16MiB", "--reclaim_timeout=10s"});
+  const int baseline = Threads(daemon_->pid());
+  ASSERT_GT(baseline, 0);
+  absl::StatusOr<std::unique_ptr<ClientProcess>> holder =
+      ClientProcess::Start(daemon_->socket(), {"--uid=2001", "--name=holder"});
+  ASSERT_OK(holder);
+  ASSERT_OK((*holder)->Command("acquire 0 8"));  // the whole lake
+  ASSERT_EQ(::kill((*holder)->pid(), SIGSTOP), 0);
+  ClientProcess* a = Client(2000, "many-a");
+  ClientProcess* b = Client(2002, "many-b");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_OK(a->Command("lease_many 150 0 1"));
+  ASSERT_OK(b->Command("lease_many 150 0 1"));
+  // Those past the caps are answered at once; the others wait (10 s).
+  const absl::Time deadline = absl::Now() + absl::Seconds(8);
+  for (ClientProcess* c : {a, b}) {
+    for (;;) {
+      absl::StatusOr<std::string> answered = c->Command("lease_many_status");
+      ASSERT_OK(answered);
+      uint64_t n = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(*answered, &n));
+      if (n >= 150 - 16) break;
+      ASSERT_LT(absl::Now(), deadline)
+          << "only " << n << " of 150 leases were answered: they all wait";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  // With 32 leases waiting, watch the threads: the waiting ones hold one
+  // each, the refused ones none any more.
+  int most = 0;
+  for (int i = 0; i < 20; ++i) {
+    most = std::max(most, Threads(daemon_->pid()));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::cerr << "gmlaked threads: " << baseline << " at rest, at most " << most
+            << " with 300 leases sent and 32 waiting\n";
+  // 2 x 16 waiting (--max_waiting_leases_per_uid), and gRPC's pollers.
+  EXPECT_LT(most, baseline + 2 * 16 + 24);
+  ASSERT_EQ(::kill((*holder)->pid(), SIGCONT), 0);
+  for (ClientProcess* c : {a, b}) {
+    absl::StatusOr<std::string> done =
+        c->Command("lease_many_wait", absl::Seconds(60));
+    ASSERT_OK(done);
+    std::vector<std::string> w = absl::StrSplit(*done, ' ');
+    ASSERT_EQ(w.size(), 3u) << *done;
+    EXPECT_EQ(w[0], "0");  // nothing to grant: the holder keeps all
+    EXPECT_EQ(w[1], "150");
+    uint64_t capped = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(w[2], &capped));
+    EXPECT_GE(capped, 150u - 16u);
   }
   ExpectAlive();
 }

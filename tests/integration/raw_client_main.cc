@@ -25,6 +25,11 @@
 //                      bound one) and reads the replies at 256 bytes/s
 //                                                          -> ok
 //   flood_status       -> ok <sent> <bytes read> <open|closed>
+//   lease_many N D C   starts N Lease RPCs of C chunks at once, each on its
+//                      own thread (never claimed)              -> ok
+//   lease_many_status  -> ok <answered so far>
+//   lease_many_wait    -> ok <granted> <refused> <refused for waiting too
+//                         many (--max_waiting_leases*)>
 //   quit               exit 0 (the session ends with the process)
 //
 // Held chunks are mapped with mmap, as an attacker would map a memfd.
@@ -49,6 +54,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -205,6 +211,33 @@ class RawClient {
       return absl::StrCat(resp.returned_bytes());
     }
     if (cmd == "flood") return Flood(arg(1), w.size() > 2 ? w[2] : "");
+    if (cmd == "lease_many") {
+      const int device = static_cast<int>(arg(2));
+      const uint64_t count = arg(3);
+      for (uint64_t i = 0; i < arg(1); ++i) {
+        many_.emplace_back([this, device, count] {
+          absl::StatusOr<v1::LeaseResponse> l = Lease(device, count);
+          if (l.ok()) {
+            ++many_granted_;
+            return;
+          }
+          ++many_refused_;
+          if (absl::StrContains(l.status().message(), "--max_waiting_leases")) {
+            ++many_capped_;
+          }
+        });
+      }
+      return std::string();
+    }
+    if (cmd == "lease_many_status") {
+      return absl::StrCat(many_granted_.load() + many_refused_.load());
+    }
+    if (cmd == "lease_many_wait") {
+      for (std::thread& t : many_) t.join();
+      many_.clear();
+      return absl::StrCat(many_granted_.load(), " ", many_refused_.load(), " ",
+                          many_capped_.load());
+    }
     if (cmd == "flood_status") {
       pollfd p{flood_sock_, POLLRDHUP, 0};
       const bool closed =
@@ -220,6 +253,7 @@ class RawClient {
     if (pending_.joinable()) pending_.join();
     flood_stop_ = true;
     for (std::thread& t : flood_threads_) t.join();
+    for (std::thread& t : many_) t.join();
   }
 
  private:
@@ -361,6 +395,10 @@ class RawClient {
   std::atomic<bool> flood_stop_{false};
   std::atomic<uint64_t> flood_sent_{0};
   std::atomic<uint64_t> flood_read_{0};
+  std::vector<std::thread> many_;
+  std::atomic<uint64_t> many_granted_{0};
+  std::atomic<uint64_t> many_refused_{0};
+  std::atomic<uint64_t> many_capped_{0};
 };
 
 int Main() {
