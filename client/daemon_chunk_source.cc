@@ -34,6 +34,10 @@ struct DaemonChunkSource::Rpc {
 
 namespace {
 
+// The source whose pressure request this thread is answering, if any:
+// chunks it gives back meanwhile count as given for pressure.
+thread_local const DaemonChunkSource* tls_answering_pressure = nullptr;
+
 // The usage figures every request to gmlaked carries.
 template <typename Figures>
 void AddUsage(const Figures& usage,
@@ -347,7 +351,9 @@ void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
     handler = reclaim_;
   }
   if (device >= 0) {
-    const uint64_t before = given_back_bytes_.load();
+    // Counted where chunks go back (GiveBack), also those that the
+    // handler's Return sends straight back past the watermark.
+    tls_answering_pressure = this;
     // Idle chunks first: nobody uses them.
     uint64_t freed = TrimIdle(device, 0, bytes);
     if (freed < bytes && handler) {
@@ -356,9 +362,7 @@ void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
       handler(device, bytes - freed);
       TrimIdle(device, 0, bytes - freed);
     }
-    // Counted where chunks go back (also those that the handler's Return
-    // sent straight back, past the watermark).
-    pressure_bytes_returned_.fetch_add(given_back_bytes_.load() - before);
+    tls_answering_pressure = nullptr;
   }
   // The report tells the daemon this request has been answered, with the
   // allocator's figures as they are now.
@@ -731,7 +735,11 @@ void DaemonChunkSource::GiveBack(
   for (const auto& [h, id] : chunks) {
     backend_->ReleaseChunk(h).IgnoreError();
   }
-  given_back_bytes_.fetch_add(chunks.size() * chunk_size(device));
+  // Counted before the daemon has them: once it has, the lease that asked
+  // goes on, and its caller may read this counter at once.
+  if (tls_answering_pressure == this) {
+    pressure_bytes_returned_.fetch_add(chunks.size() * chunk_size(device));
+  }
   if (!Lost().ok()) return;
   v1::ReturnRequest req;
   req.set_session_id(session_id_);

@@ -263,9 +263,9 @@ class DaemonChunkSource : public ChunkSource {
   std::atomic<uint64_t> usage_reports_{0};
 
   std::atomic<uint64_t> pressure_requests_{0};
+  // Bytes given back while answering pressure, counted before the daemon
+  // has them.
   std::atomic<uint64_t> pressure_bytes_returned_{0};
-  // Bytes released locally and given back so far.
-  std::atomic<uint64_t> given_back_bytes_{0};
 };
 
 }  // namespace gmlake

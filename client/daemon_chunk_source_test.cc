@@ -194,6 +194,11 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   std::atomic<uint64_t> asked{0};
   DaemonChunkSource* raw = idle.get();
   Mutex mu;
+  // The handler stays in the middle of its answer (chunks given back, the
+  // answer not finished) until the checks below are done: what it gave must
+  // already be counted, since the busy lease may go on (and its caller read
+  // the counters) as soon as gmlaked has the chunks.
+  Notification checked;
   idle->SetReclaimHandler([&](int device, uint64_t bytes) -> uint64_t {
     EXPECT_EQ(device, 0);
     asked += bytes;
@@ -206,6 +211,7 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
       }
     }
     raw->Return(0, give);
+    checked.WaitForNotification();
     return give.size() * kChunk;
   });
   absl::StatusOr<std::vector<ChunkHandle>> got = busy->Acquire(0, 3);
@@ -213,16 +219,12 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   EXPECT_EQ(asked.load(), 3 * kChunk);
   EXPECT_EQ(idle->pressure_requests(), 1u);
   // The busy lease completes as soon as the daemon has the chunks back,
-  // which can be before the idle side's handler has returned and counted
-  // them: wait for the count.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (idle->pressure_bytes_returned() < 3 * kChunk &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  // while the idle side's handler is still in its answer: they are counted
+  // already.
   EXPECT_EQ(idle->pressure_bytes_returned(), 3 * kChunk);
   EXPECT_EQ(idle->held_chunks(0), 5u);
   EXPECT_EQ(SessionChunks(idle->session_id()), 5u);
+  checked.Notify();
   busy->Return(0, *got);
   {
     MutexLock l(&mu);

@@ -422,6 +422,8 @@ absl::Status Lake::AttachWatcher(uint64_t session, absl::string_view token,
     absl::StatusOr<Session*> found = FindLocked(session, token);
     if (!found.ok()) return found.status();
     old = std::exchange((*found)->sink, std::move(sink));
+    // Requests sent down the old stream will not be answered on this one.
+    (*found)->pressure_outstanding = 0;
   }
   if (old != nullptr) {
     old->Close(absl::AbortedError("another Watch stream replaced this one"));
@@ -460,6 +462,7 @@ absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
   for (const DeviceUsageReport& u : usage) s->usage[u.device] = u;
   if (answers_pressure) {
     ++s->reports;
+    if (s->pressure_outstanding > 0) --s->pressure_outstanding;
     // A lease waiting for answers to its pressure requests may go on.
     freed_.SignalAll();
   }
@@ -885,6 +888,7 @@ std::vector<uint64_t> Lake::SendPressureLocked(
     Session* s = it->second.get();
     after->sends.emplace_back(s->sink,
                               Pressure{device, asked_bytes[i], reason});
+    ++s->pressure_outstanding;
     ++pressure_sent_;
     VLogf("asking %s for %s on device %d: %s",
           SessionLabel(s->id, s->name, s->peer.pid),
@@ -1034,8 +1038,7 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
     bool all_answered = true;
     for (size_t i = 0; i < wait->asked.size(); ++i) {
       auto a = sessions_.find(wait->asked[i]);
-      if (a != sessions_.end() &&
-          a->second->reports <= wait->asked_reports[i]) {
+      if (a != sessions_.end() && a->second->reports < wait->answer_due[i]) {
         all_answered = false;
       }
     }
@@ -1068,8 +1071,12 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
       for (uint64_t id : more) {
         auto a = sessions_.find(id);
         wait->asked.push_back(id);
-        wait->asked_reports.push_back(
-            a == sessions_.end() ? 0 : a->second->reports);
+        // Its answers to requests sent earlier (maybe for other leases)
+        // come first; they are not this lease's.
+        wait->answer_due.push_back(a == sessions_.end()
+                                       ? 0
+                                       : a->second->reports +
+                                             a->second->pressure_outstanding);
       }
       ++pressure_rounds_;
       if (wait->pressure_since == absl::InfiniteFuture()) {

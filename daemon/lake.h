@@ -337,7 +337,12 @@ class Lake {
     uint64_t leased_bytes = 0;     // of `chunks`
     uint64_t in_flight_bytes = 0;  // of its leases still being served
     std::map<int, DeviceUsageReport> usage;
-    uint64_t reports = 0;  // answers to pressure (ReportUsage calls)
+    // Answers to pressure (ReportUsage calls), and requests sent to it and
+    // not answered yet. A client answers its requests one by one, in order,
+    // so the answer to a request sent now is answer number reports +
+    // pressure_outstanding.
+    uint64_t reports = 0;
+    uint64_t pressure_outstanding = 0;
     struct PendingLease {
       std::vector<uint64_t> chunk_ids;
       absl::Time granted;
@@ -401,7 +406,9 @@ class Lake {
     bool waiting = false;         // counted in waiting_leases_
     int64_t waiting_uid = -1;     // and in waiting_by_uid_ under this uid
     std::vector<uint64_t> asked;  // sessions asked for memory
-    std::vector<uint64_t> asked_reports;  // their report counts then
+    // For each, its answer to this lease's request: asked[i] has answered
+    // once its reports reach answer_due[i].
+    std::vector<uint64_t> answer_due;
   };
 
   Lake(VmmBackend* backend, LakeOptions options);

@@ -910,6 +910,43 @@ TEST_F(LakeTest, WaitingLeasesAreCappedPerUidAndInAll) {
   EXPECT_TRUE(lake_->Lease(a2.id, a2.token, 0, 1).ok());
 }
 
+// A session's answer to one pressure request must not count as its answer
+// to a later one. The idle session here answers the first request late
+// (after its chunks came back, as DaemonChunkSource does: Return, then
+// ReportUsage), while a second lease is already waiting on it: that lease
+// used to take the late answer for its own, find itself short, and fail
+// with "they returned less" although the idle session was about to give.
+TEST_F(LakeTest, ALateAnswerToAnEarlierRequestIsNotTakenForTheNext) {
+  LakeOptions o = Options(4);
+  o.reclaim_timeout = absl::Seconds(30);
+  Make(std::move(o));
+  SessionTicket idle = Open(1000, "idle");
+  absl::StatusOr<LeaseGrant> held = lake_->Lease(idle.id, idle.token, 0, 4);
+  ASSERT_TRUE(held.ok());
+  auto sink = std::make_shared<RecordingSink>();  // answers by hand below
+  ASSERT_TRUE(lake_->AttachWatcher(idle.id, idle.token, sink).ok());
+  auto wait_requests = [&](size_t n) {
+    while (sink->got().size() < n) absl::SleepFor(absl::Milliseconds(1));
+  };
+  SessionTicket busy = Open(1000, "busy");
+  absl::StatusOr<LeaseGrant> first, second;
+  std::thread one([&] { first = lake_->Lease(busy.id, busy.token, 0, 1); });
+  wait_requests(1);
+  ASSERT_TRUE(lake_->Return(idle.id, idle.token, {held->chunk_ids[0]}).ok());
+  one.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The second lease asks again before the answer to the first arrives.
+  std::thread two([&] { second = lake_->Lease(busy.id, busy.token, 0, 1); });
+  wait_requests(2);
+  DeviceUsageReport u{0, 3 * kChunk, 0};
+  ASSERT_TRUE(lake_->ReportUsage(idle.id, idle.token, {u}).ok());  // late
+  // Still waiting for the answer to its own request, which gives.
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(lake_->Return(idle.id, idle.token, {held->chunk_ids[1]}).ok());
+  two.join();
+  EXPECT_TRUE(second.ok()) << second.status();
+}
+
 TEST(ScrubPolicyTest, Parse) {
   EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
   EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);

@@ -16,7 +16,13 @@
 namespace gmlake {
 namespace {
 
-TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
+// Both ways gmlaked serves a growing lease: plain pressure (create while
+// there is room, ask the others only when the lake is full) and
+// --prefer_reclaim (ask the others first), as tools/run.sh runs it.
+class LakeShareModes : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LakeShareModes,
+       TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
   LakeShareConfig config;
   config.trace_paths = {ShippedTracePath("llama1b_full_ckpt"),
                         ShippedTracePath("llama1b_infer"),
@@ -31,7 +37,7 @@ TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
   // Idle processes answer pressure late on a busy machine: a late answer
   // must not be taken for none.
   config.reclaim_timeout = absl::Seconds(60);
-  config.prefer_reclaim = true;  // as tools/run.sh runs gmlaked
+  config.prefer_reclaim = GetParam();
   absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->phases.size(), 6u);
@@ -42,6 +48,12 @@ TEST(LakeShareTest, TrainerBesideInferenceFitsInOnePointZeroFiveTimesTheFloor) {
   EXPECT_GT(r->sum_of_process_peaks_bytes, r->capacity_bytes);
   EXPECT_GT(r->phases.back().pressure_requests, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(PlainAndPreferReclaim, LakeShareModes,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "PreferReclaim" : "Plain";
+                         });
 
 // With --prefer_reclaim the lake may be far larger than the processes
 // need: idle processes give back their caches before gmlaked creates more,
