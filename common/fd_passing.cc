@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -224,6 +225,7 @@ absl::StatusOr<std::vector<FramePart>> FrameParts(absl::string_view payload,
   const uint32_t fields[3] = {kFdFrameMagic,
                               static_cast<uint32_t>(payload.size()),
                               static_cast<uint32_t>(fd_count)};
+  static_assert(sizeof(fields) == kFdFrameHeaderSize);
   FramePart header;
   header.bytes.assign(reinterpret_cast<const char*>(fields), sizeof(fields));
   header.fds_end = std::min(fd_count, kMaxFdsPerGroup);
@@ -349,18 +351,57 @@ absl::Time FrameSendQueue::oldest_queued() const {
   return parts_.empty() ? absl::InfiniteFuture() : parts_.front().queued;
 }
 
+size_t FrameHeader::wire_bytes() const {
+  const size_t groups = Groups(fd_count);
+  return kFdFrameHeaderSize + (groups > 0 ? groups - 1 : 0) + payload_bytes;
+}
+
+FrameHeader DecodeFrameHeader(const uint8_t (&bytes)[kFdFrameHeaderSize]) {
+  uint32_t fields[3];
+  std::memcpy(fields, bytes, sizeof(fields));
+  return FrameHeader{fields[0], fields[1], fields[2]};
+}
+
+absl::StatusOr<FrameQueued> PeekFrame(int sock, size_t max_payload) {
+  int avail = 0;
+  if (ioctl(sock, FIONREAD, &avail) != 0) {
+    return absl::InternalError(absl::StrCat("FIONREAD: ", Errno(errno)));
+  }
+  uint8_t header[kFdFrameHeaderSize];
+  const ssize_t peeked =
+      recv(sock, header, sizeof(header), MSG_PEEK | MSG_DONTWAIT);
+  if (peeked == 0) return FrameQueued::kPeerClosed;
+  if (peeked < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      return FrameQueued::kNothing;
+    }
+    if (errno == ECONNRESET) return FrameQueued::kPeerClosed;
+    return absl::InternalError(absl::StrCat("recv: ", Errno(errno)));
+  }
+  const size_t queued = static_cast<size_t>(avail);
+  if (static_cast<size_t>(peeked) < sizeof(header)) {
+    // A short peek with enough bytes queued means descriptors split the
+    // header: not this framing, and RecvFds says so at once.
+    return queued >= sizeof(header) ? FrameQueued::kWhole : FrameQueued::kPart;
+  }
+  const FrameHeader h = DecodeFrameHeader(header);
+  if (!h.magic_ok() || h.payload_bytes > max_payload) {
+    return FrameQueued::kWhole;  // RecvFds refuses it on the header alone
+  }
+  return queued >= h.wire_bytes() ? FrameQueued::kWhole : FrameQueued::kPart;
+}
+
 absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
                                         size_t max_fds) {
   ReceivedMessage out;
   Reader reader(sock, std::min(max_fds, kMaxFdsPerGroup), &out.fds);
   uint8_t header[kFdFrameHeaderSize];
   if (absl::Status s = reader.Read(header, sizeof(header)); !s.ok()) return s;
-  uint32_t fields[3];
-  std::memcpy(fields, header, sizeof(header));
-  const uint32_t magic = fields[0];
-  const size_t payload_size = fields[1];
-  const size_t fd_count = fields[2];
-  if (magic != kFdFrameMagic) {
+  const FrameHeader h = DecodeFrameHeader(header);
+  const uint32_t magic = h.magic;
+  const size_t payload_size = h.payload_bytes;
+  const size_t fd_count = h.fd_count;
+  if (!h.magic_ok()) {
     return absl::DataLossError(absl::StrCat(
         "bad message header (starts 0x", absl::Hex(magic, absl::kZeroPad8),
         ", expected 0x", absl::Hex(kFdFrameMagic, absl::kZeroPad8),
@@ -379,8 +420,7 @@ absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
         max_payload, " this receiver accepts"));
   }
   const size_t groups = Groups(fd_count);
-  reader.set_total(sizeof(header) + (groups > 0 ? groups - 1 : 0) +
-                   payload_size);
+  reader.set_total(h.wire_bytes());
   auto expect_fds = [&](size_t expected,
                         absl::string_view where) -> absl::Status {
     if (out.fds.size() == expected) return absl::OkStatus();

@@ -58,6 +58,30 @@ inline constexpr size_t kMaxFdsPerMessage = 65536;
 // The longest path a Unix socket address holds (sun_path less its NUL).
 inline constexpr size_t kMaxUnixPathLength = 107;
 
+// What a message's header announces.
+struct FrameHeader {
+  uint32_t magic = 0;
+  uint32_t payload_bytes = 0;
+  uint32_t fd_count = 0;
+  bool magic_ok() const { return magic == kFdFrameMagic; }
+  // Bytes of the whole message on the wire: header, carriers, payload.
+  size_t wire_bytes() const;
+};
+FrameHeader DecodeFrameHeader(const uint8_t (&bytes)[kFdFrameHeaderSize]);
+
+// How much of the next message is queued on a socket, for a receiver that
+// must never wait on a partial one (gmlaked's single fd-socket thread).
+enum class FrameQueued {
+  kNothing,     // no bytes
+  kPart,        // part of a message: RecvFds would wait for the rest
+  kWhole,       // RecvFds will not wait: a whole message, or a header it
+                // refuses at once (bad magic, payload over max_payload)
+  kPeerClosed,  // the peer closed the connection and nothing is queued
+};
+// Peeks (MSG_PEEK | MSG_DONTWAIT, FIONREAD); reads nothing. Errors are the
+// socket's.
+absl::StatusOr<FrameQueued> PeekFrame(int sock, size_t max_payload);
+
 // Sends one message: `payload` (at most 4 GiB - 1 bytes) and duplicates of
 // `fds` (at most kMaxFdsPerMessage; the caller keeps its own). Unavailable
 // when the peer has closed the connection (no SIGPIPE is raised),

@@ -364,6 +364,46 @@ TEST_F(FdPassingTest, SendingToAClosedPeerIsUnavailable) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
 }
 
+// The header's format is this file's alone: a receiver that must not wait
+// asks PeekFrame whether a whole message is there.
+TEST_F(FdPassingTest, PeekFrameSaysWhenAWholeMessageIsQueued) {
+  auto peek = [&] { return PeekFrame(b_.get(), 1024); };
+  EXPECT_EQ(*peek(), FrameQueued::kNothing);
+  // Header, then part of the payload, then the rest.
+  const std::string header = Header(kFdFrameMagic, 10, 0);
+  uint8_t raw[kFdFrameHeaderSize];
+  std::memcpy(raw, header.data(), sizeof(raw));
+  const FrameHeader h = DecodeFrameHeader(raw);
+  EXPECT_TRUE(h.magic_ok());
+  EXPECT_EQ(h.payload_bytes, 10u);
+  EXPECT_EQ(h.wire_bytes(), kFdFrameHeaderSize + 10);
+  RawSend(a_.get(), header.substr(0, 5));
+  EXPECT_EQ(*peek(), FrameQueued::kPart);
+  RawSend(a_.get(), header.substr(5) + "01234");
+  EXPECT_EQ(*peek(), FrameQueued::kPart);
+  RawSend(a_.get(), "56789");
+  EXPECT_EQ(*peek(), FrameQueued::kWhole);
+  absl::StatusOr<ReceivedMessage> m = RecvFds(b_.get(), 1024, 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->payload, "0123456789");
+  EXPECT_EQ(*peek(), FrameQueued::kNothing);
+  // Descriptor groups add a carrier byte each.
+  EXPECT_EQ((FrameHeader{kFdFrameMagic, 3, 600}.wire_bytes()),
+            kFdFrameHeaderSize + 2 + 3);
+  // Headers RecvFds refuses at once are "whole": it reads and reports them.
+  RawSend(a_.get(), Header(0x12345678, 10, 0));
+  EXPECT_EQ(*peek(), FrameQueued::kWhole);
+  EXPECT_EQ(RecvFds(b_.get(), 1024, 0).status().code(),
+            absl::StatusCode::kDataLoss);
+  RawSend(a_.get(), Header(kFdFrameMagic, 1 << 20, 0));
+  EXPECT_EQ(*peek(), FrameQueued::kWhole);
+  a_.Reset();
+  // The bytes still queued come first; then the close.
+  ASSERT_EQ(RecvFds(b_.get(), 1024, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(*peek(), FrameQueued::kPeerClosed);
+}
+
 // The queue never blocks: with the socket full it keeps the rest, and the
 // receiver gets every message whole and in order as it reads.
 TEST_F(FdPassingTest, SendQueueNeverBlocksAndDeliversInOrder) {

@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,21 +27,6 @@ namespace {
 constexpr uint64_t kListenerSerial = 0;
 constexpr uint64_t kWakeSerial = 1;
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(200);
-
-// Bytes of the whole message whose header is `header` (see fd_passing.h).
-size_t FrameBytes(const uint8_t* header) {
-  uint32_t fields[3];
-  std::memcpy(fields, header, sizeof(fields));
-  const size_t fd_count = fields[2];
-  const size_t groups = (fd_count + kMaxFdsPerGroup - 1) / kMaxFdsPerGroup;
-  return kFdFrameHeaderSize + (groups > 0 ? groups - 1 : 0) + fields[1];
-}
-
-bool HeaderLooksValid(const uint8_t* header) {
-  uint32_t fields[3];
-  std::memcpy(fields, header, sizeof(fields));
-  return fields[0] == kFdFrameMagic && fields[1] <= kMaxFdRequestBytes;
-}
 
 }  // namespace
 
@@ -254,36 +238,19 @@ FdServer::Served FdServer::ServeSome(Conn* c, std::string* why) {
         c->out.bytes() > options_.max_queued_reply_bytes) {
       return Served::kBlocked;
     }
-    int avail = 0;
-    if (::ioctl(c->sock.get(), FIONREAD, &avail) != 0) {
-      *why = absl::StrCat("FIONREAD: ", std::strerror(errno));
+    // Only a whole message is read: the loop never waits on a client.
+    absl::StatusOr<FrameQueued> queued =
+        PeekFrame(c->sock.get(), kMaxFdRequestBytes);
+    if (!queued.ok()) {
+      *why = std::string(queued.status().message());
       return Served::kClose;
     }
-    uint8_t header[kFdFrameHeaderSize];
-    const ssize_t peeked =
-        ::recv(c->sock.get(), header, sizeof(header), MSG_PEEK | MSG_DONTWAIT);
-    if (peeked == 0) {
+    if (*queued == FrameQueued::kPeerClosed) {
       *why = "the client closed the connection";
       return Served::kClose;
     }
-    if (peeked < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        return Served::kIdle;  // nothing queued
-      }
-      *why = absl::StrCat("recv: ", std::strerror(errno));
-      return Served::kClose;
-    }
-    bool complete;
-    if (static_cast<size_t>(peeked) < sizeof(header)) {
-      // A short peek with enough bytes queued means descriptors split the
-      // header: not our framing, but RecvFds will say what is wrong.
-      complete = static_cast<size_t>(avail) >= sizeof(header);
-    } else if (!HeaderLooksValid(header)) {
-      complete = true;  // RecvFds reads the header and reports it
-    } else {
-      complete = static_cast<size_t>(avail) >= FrameBytes(header);
-    }
-    if (!complete) {
+    if (*queued == FrameQueued::kNothing) return Served::kIdle;
+    if (*queued == FrameQueued::kPart) {
       if (c->partial_since == absl::InfiniteFuture()) {
         c->partial_since = absl::Now();
       }
