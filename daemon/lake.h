@@ -1,40 +1,30 @@
 // Copyright 2026 The GMLake Authors.
 //
-// Lake: gmlaked's books. It owns every physical chunk the daemon created and
-// knows, for each, exactly one state:
+// Lake: gmlaked's books and the one lock over them. It ties together the
+// chunks (ChunkBooks: every chunk in exactly one state, and who holds it),
+// the sessions (SessionTable: who may open, bind, claim, and when a
+// session ends), the pressure policy (whom to ask for memory) and the
+// backend (creating, zeroing and releasing chunks).
 //
-//   free       in the lake, ready to lease (remembers the uid that last held
-//              it, for scrubbing);
-//   reserved   picked by a lease still being served (its other chunks are
-//              being zeroed or created without the lock);
-//   scrubbing  picked by a lease still being served and being zeroed,
-//              because its last holder had another uid;
-//   leased     granted to one session (claimed or not yet claimed on the fd
-//              socket).
+// A lease runs in three steps: admission under the lock (checks, quotas,
+// pressure rounds while it waits for memory), the slow work without it
+// (zeroing chunks that held another uid's data, creating new ones; the
+// chunks belong to the lease meanwhile, so nothing else can take them),
+// and the grant under the lock (to its session if still there, otherwise
+// back to the lake).
 //
-// Chunks of a lease in flight belong to the lease, not to its session:
-// neither the session's end, nor Return, nor Trim can take them, and only
-// the lease itself grants them (if its session is still there) or puts them
-// back. Status counts reserved chunks as leased, so created = free + leased
-// + scrubbing, per device, at every moment the lock is not held. Chunks are
-// created on demand (or ahead of time) up to a capacity per device, and
-// exported whenever a lease sends them (the first export, ~0.6 ms on an
-// H200, at creation; ~26 us after), so the daemon keeps no descriptor per
-// chunk (or, without export_on_demand, exported once with the descriptor
-// kept, and each lease sends a duplicate).
-//
-// Sessions are opened over gRPC with a claimed pid and become usable only
-// once bound on the fd socket, where the daemon learns the peer's real
-// pid/uid/gid (SO_PEERCRED). A session ends when its client closes it, its
-// Watch stream or fd-socket connection breaks, its process exits, or it is
-// never bound; its chunks then go back to the lake.
-//
-// Under pressure (a lease that free chunks and capacity cannot serve), the
-// lake asks other sessions, largest cached first, to return memory through
-// their Watch streams and waits a bounded time for it.
+// created = free + leased + scrubbing, per device, at every moment the lock
+// is not held (chunks reserved by leases in flight count as leased).
+// Chunks are created on demand (or ahead of time) up to a capacity per
+// device, and exported whenever a lease sends them (the first export,
+// ~0.6 ms on an H200, at creation; ~26 us after), so the daemon keeps no
+// descriptor per chunk (or, without export_on_demand, exported once with the
+// descriptor kept, and each lease sends a duplicate). Free chunks idle long
+// enough go back to the driver (ReleaseIdle, daemon/release_policy.h).
 //
 // Thread-safe. Callbacks (PressureSink, end-of-session hooks) are always
-// called without the lake's lock held.
+// called without the lock held, and nothing under the lock throws or waits
+// on another process.
 
 #ifndef GMLAKE_DAEMON_LAKE_H_
 #define GMLAKE_DAEMON_LAKE_H_
@@ -42,15 +32,12 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -59,26 +46,15 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
+#include "daemon/chunk_books.h"
 #include "daemon/fd_usage.h"
 #include "daemon/histogram.h"
 #include "daemon/release_policy.h"
+#include "daemon/scrub_policy.h"
+#include "daemon/session_table.h"
 #include "proto/gmlake.pb.h"
 
 namespace gmlake {
-
-// Which chunks are zeroed before they are leased again.
-enum class ScrubPolicy {
-  // Every chunk that was leased before, whoever gets it next.
-  kAlways,
-  // Chunks whose last holder had another uid than the next one (default).
-  kCrossUid,
-  // None (a single-tenant node).
-  kNever,
-};
-
-// "always", "cross-uid", "never" <-> ScrubPolicy.
-absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view text);
-absl::string_view ScrubPolicyName(ScrubPolicy policy);
 
 struct LakeDeviceConfig {
   // Size of every chunk on the device: a positive multiple of the backend's
@@ -150,31 +126,6 @@ struct LakeOptions {
   std::function<void()> testonly_before_lease_scrub;
 };
 
-// The real identity of a client, from SO_PEERCRED.
-struct PeerIdentity {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
-
-// A request for memory back, sent on a session's Watch stream.
-struct Pressure {
-  int device = 0;
-  uint64_t bytes = 0;
-  std::string reason;
-};
-
-// Where a session's pressure requests go (its Watch stream). Implementations
-// must not block and must not call back into the Lake from Send or Close.
-class PressureSink {
- public:
-  virtual ~PressureSink() = default;
-  // Queues a request to the client.
-  virtual void Send(const Pressure& pressure) = 0;
-  // The session has ended (`why`): finish the stream.
-  virtual void Close(const absl::Status& why) = 0;
-};
-
 struct SessionTicket {
   uint64_t id = 0;
   std::string token;
@@ -185,12 +136,6 @@ struct LeaseGrant {
   int device = 0;
   size_t chunk_size = 0;
   std::vector<uint64_t> chunk_ids;
-};
-
-struct DeviceUsageReport {
-  int device = 0;
-  uint64_t used_bytes = 0;
-  uint64_t cached_bytes = 0;
 };
 
 class Lake {
@@ -302,100 +247,19 @@ class Lake {
   void Shutdown();
 
  private:
-  enum class ChunkState { kFree, kReserved, kScrubbing, kLeased };
-  // A uid that never held a chunk: a fresh chunk needs no scrubbing.
-  static constexpr int64_t kNoUid = -1;
-
-  struct ChunkRec {
-    uint64_t id = 0;
-    int device = 0;
-    ChunkHandle handle = 0;
-    UniqueFd fd;  // without export_on_demand: exported once, duplicated
-    // DupChunkFds calls exporting it now; Trim and ReleaseIdle leave it.
-    int exporting = 0;
-    ChunkState state = ChunkState::kFree;
-    uint64_t session = 0;       // when leased
-    uint64_t lease = 0;         // when reserved or scrubbing: the lease
-    int64_t last_uid = kNoUid;  // uid of the last holder
-    absl::Time free_since;      // when free: since when (ReleaseIdle)
-  };
-
-  struct Session {
-    uint64_t id = 0;
-    std::string token;
-    pid_t claimed_pid = 0;
-    std::string name;
-    absl::Time opened;
-    bool bound = false;
-    PeerIdentity peer;
-    UniqueFd pidfd;               // to notice the process exit (may be -1)
-    uint64_t pid_start_time = 0;  // /proc/<pid>/stat field 22, if no pidfd
-    std::function<void()> on_end;
-    std::shared_ptr<PressureSink> sink;
-    absl::flat_hash_set<uint64_t> chunks;  // granted to it (leased)
-    std::map<int, uint64_t> leased_chunks_by_device;
-    uint64_t leased_bytes = 0;     // of `chunks`
-    uint64_t in_flight_bytes = 0;  // of its leases still being served
-    std::map<int, DeviceUsageReport> usage;
-    // Answers to pressure (ReportUsage calls), and requests sent to it and
-    // not answered yet. A client answers its requests one by one, in order,
-    // so the answer to a request sent now is answer number reports +
-    // pressure_outstanding.
-    uint64_t reports = 0;
-    uint64_t pressure_outstanding = 0;
-    struct PendingLease {
-      std::vector<uint64_t> chunk_ids;
-      absl::Time granted;
-    };
-    absl::flat_hash_map<uint64_t, PendingLease> unclaimed;
-    // Ended while its process still ran: kept (in orphans_) with its chunks
-    // leased until the process exits.
-    bool ended = false;
-    std::string end_reason;
-  };
-
   // Why a session ends: only kOther keeps the chunks of a process that
   // still runs (the client did not say it is done, and is not gone).
   enum class EndKind { kClosed, kProcessGone, kShutdown, kOther };
 
-  struct Device {
-    LakeDeviceConfig config;
-    uint64_t capacity_chunks = 0;
-    uint64_t created = 0;  // chunks in chunks_ of this device
-    uint64_t creating = 0;
-    uint64_t reserved = 0;
-    uint64_t leased = 0;
-    uint64_t scrubbing = 0;
-    uint64_t free = 0;
-    // Free chunk ids by the uid that last held them (kNoUid: fresh).
-    absl::flat_hash_map<int64_t, std::vector<uint64_t>> free_by_uid;
-  };
-
   // What to do once the lock is released: hooks and sinks of ended
-  // sessions, pressure to send, chunks to release.
+  // sessions, pressure to send.
   struct Aftermath {
     std::vector<std::function<void()>> hooks;
     std::vector<std::pair<std::shared_ptr<PressureSink>, absl::Status>> closes;
     std::vector<std::pair<std::shared_ptr<PressureSink>, Pressure>> sends;
-    std::vector<ChunkHandle> releases;
-    void Run(VmmBackend* backend);
+    void Run();
   };
 
-  // A lease between its admission and its grant. Its chunks are reserved
-  // or scrubbing with ChunkRec::lease = id; its bytes are charged to its
-  // session (in_flight_bytes) and to its uid.
-  struct InFlightLease {
-    uint64_t id = 0;
-    uint64_t session = 0;
-    int64_t uid = kNoUid;
-    int device = 0;
-    uint64_t count = 0;
-    std::string label;            // the session, for messages
-    std::vector<uint64_t> clean;  // reserved
-    std::vector<uint64_t> dirty;  // scrubbing
-    std::vector<ChunkHandle> dirty_handles;
-    uint64_t to_create = 0;
-  };
   // What a waiting lease remembers between its rounds of pressure.
   struct LeaseWait {
     absl::Time deadline;
@@ -413,131 +277,105 @@ class Lake {
 
   Lake(VmmBackend* backend, LakeOptions options);
   absl::Status Precreate();
+
+  // --- Sessions (lake.cc) ---
   absl::StatusOr<SessionTicket> OpenSessionLocked(pid_t claimed_pid,
                                                   absl::string_view name,
+                                                  std::string token,
                                                   Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BindSessionLocked(uint64_t session, absl::string_view token,
                                  const PeerIdentity& peer,
                                  std::function<void()> on_end, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t EndSessionLocked(uint64_t session, absl::string_view reason,
+                            EndKind kind, Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees those of `ids` that are leased to `s` (a Return, or leases it
+  // never claimed); returns the bytes.
+  uint64_t FreeChunksLocked(const Session& s, absl::Span<const uint64_t> ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- Leases (lake_lease.cc) ---
   // One step of a lease's admission: checks the session, device and quotas,
-  // then reserves the chunks (true: `lease` is filled), or queues pressure
+  // then reserves the chunks (true: `r` is filled), or queues pressure
   // requests in `after` (false: run them without the lock and call again),
   // waiting on `freed_` in between while answers are due. Errors end the
   // lease.
   absl::StatusOr<bool> AdmitLeaseLocked(uint64_t session,
                                         absl::string_view token, int device,
                                         uint64_t count, LeaseWait* wait,
-                                        InFlightLease* lease, Aftermath* after)
+                                        ChunkBooks::Reservation* r,
+                                        Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lease's checks that need no waiting: bound session, device, count,
+  // quotas.
+  absl::Status CheckLeaseLocked(const Session& s, int device,
+                                uint64_t count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the lake has on `device`, for a lease that is short.
+  std::string DescribeShortLocked(const Session& s, int device,
+                                  uint64_t count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every session `wait` asked has answered (or ended).
+  bool AllAnsweredLocked(const LeaseWait& wait) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A round of pressure for a lease `available` chunks short of `count`:
+  // true when requests are queued in `after`; false when nobody (else) is
+  // there to ask and prefer_reclaim switched to creating; an error ends the
+  // lease (nobody to ask, or it may not wait).
+  absl::StatusOr<bool> AskForMemoryLocked(const Session& s, int device,
+                                          uint64_t count, uint64_t available,
+                                          LeaseWait* wait, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts the lease as waiting for memory, unless the caps say it may not
   // wait (ResourceExhausted).
   absl::Status StartWaitingLocked(int64_t uid, LeaseWait* wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWaitingLocked(LeaseWait* wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes free chunks (and room for the rest) for `lease`.
-  void ReserveLocked(Session* s, InFlightLease* lease)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After the slow work: grants the lease's chunks to its session, or, if
-  // the work failed or the session is gone, puts them back. Touches only
-  // chunks still reserved or scrubbing for this lease.
-  absl::StatusOr<LeaseGrant> FinishLeaseLocked(
-      InFlightLease* lease, const absl::Status& scrubbed,
-      const absl::Status& created, const FdUsage& fds,
-      std::vector<std::unique_ptr<ChunkRec>> made)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The chunk `id` if it exists, or null.
-  ChunkRec* FindChunkLocked(uint64_t id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes `bytes` off `uid`'s account.
-  void UnchargeUidLocked(int64_t uid, uint64_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::StatusOr<Session*> FindLocked(uint64_t session,
-                                      absl::string_view token) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t EndSessionLocked(uint64_t session, absl::string_view reason,
-                            EndKind kind, Aftermath* after)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees the chunks granted to a session already out of sessions_ and
-  // takes their bytes off its uid (its leases in flight put theirs back
-  // themselves). Returns the bytes freed.
-  uint64_t ReleaseSessionChunksLocked(Session* s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the session's bound process still runs.
-  bool ProcessAliveLocked(const Session& s) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The live or ended-but-kept session `id`, or null.
-  Session* AnySessionLocked(uint64_t id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Puts a chunk granted to a session back to free (chunks in any other
-  // state are left alone).
-  void FreeChunkLocked(ChunkRec* c, int64_t last_uid)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes up to `n` free chunks of `device` for a session of `uid`,
-  // preferring chunks that need no scrubbing. Fills `clean` and `dirty`.
-  void TakeFreeLocked(int device, int64_t uid, uint64_t n,
-                      std::vector<uint64_t>* clean,
-                      std::vector<uint64_t>* dirty)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool NeedsScrub(int64_t last_uid, int64_t next_uid) const;
   // Asks sessions other than `asker` and those in `exclude` (asked
-  // already) to return about `bytes` on `device`, largest cached first.
-  // Returns the ids of the sessions asked.
+  // already) for about `bytes` on `device` (pressure_policy.h). Returns the
+  // ids of the sessions asked.
   std::vector<uint64_t> SendPressureLocked(const Session& asker, int device,
                                            uint64_t bytes,
                                            absl::Span<const uint64_t> exclude,
                                            Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sessions holding chunks on `device`.
-  size_t HoldersLocked(int device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t UidBytesLocked(int64_t uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Zeroes chunks through a scratch mapping (no lock needed: the chunks are
-  // in state kScrubbing and nobody else touches them).
-  absl::Status Scrub(int device, absl::Span<const ChunkHandle> handles);
-  // Creates and exports `n` chunks on `device` (no lock held).
-  absl::Status CreateChunks(int device, uint64_t n,
-                            std::vector<std::unique_ptr<ChunkRec>>* out);
-  // OK if every chunk is leased to `session`, else FailedPrecondition.
-  absl::Status CheckLeasedToLocked(uint64_t session,
-                                   absl::Span<const uint64_t> chunk_ids) const
+  // After the slow work: grants the lease's chunks to its session, or, if
+  // the work failed or the session is gone, puts them back.
+  absl::StatusOr<LeaseGrant> FinishLeaseLocked(
+      ChunkBooks::Reservation* r, const absl::Status& scrubbed,
+      const absl::Status& created, const FdUsage& fds,
+      std::vector<ChunkBooks::MadeChunk> made)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the release policy needs to know of `device`.
-  DeviceHoldings HoldingsLocked(int device) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives chunks already out of the books back to the driver (no lock
-  // held), zeroing first those that held a session's data (unless
-  // --scrub=never): the daemon may get the same memory again from a later
-  // create, which it treats as fresh.
-  void ReleaseToDriver(std::vector<std::unique_ptr<ChunkRec>> gone);
+
   // A lease that asked others for memory since `since` is done.
   void NotePressureWaitLocked(absl::Time since)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Backend work, without the lock ---
+  // Gives chunks already out of the books back to the driver, zeroing first
+  // those that held a session's data (unless --scrub=never): the daemon may
+  // get the same memory again from a later create, which it treats as
+  // fresh.
+  void ReleaseToDriver(std::vector<ChunkBooks::Released> gone);
+  // Zeroes chunks through a scratch mapping.
+  absl::Status Scrub(int device, absl::Span<const ChunkHandle> handles);
+  // Creates and exports `n` chunks on `device`.
+  absl::Status CreateChunks(int device, uint64_t n,
+                            std::vector<ChunkBooks::MadeChunk>* out);
 
   VmmBackend* const backend_;
   const LakeOptions options_;
   const absl::Time started_;
 
   mutable Mutex mu_;
-  // Signalled whenever chunks become free or capacity frees up.
+  // Signalled whenever chunks become free, capacity frees up, a session
+  // answers pressure or ends.
   CondVar freed_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Device> devices_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::unique_ptr<ChunkRec>> chunks_
-      ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_
-      ABSL_GUARDED_BY(mu_);
-  // Ended sessions whose process still runs, holding their chunks.
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> orphans_
-      ABSL_GUARDED_BY(mu_);
-  // Bytes leased (or pending) per uid, over all devices.
-  absl::flat_hash_map<int64_t, uint64_t> uid_bytes_ ABSL_GUARDED_BY(mu_);
-  // Lease id -> session, for telling "another session's lease" apart.
-  absl::flat_hash_map<uint64_t, uint64_t> lease_owner_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_chunk_ ABSL_GUARDED_BY(mu_) = 1;
+  ChunkBooks books_ ABSL_GUARDED_BY(mu_);
+  SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   // Leases waiting for memory, in all and per uid.
   size_t waiting_leases_ ABSL_GUARDED_BY(mu_) = 0;

@@ -947,14 +947,6 @@ TEST_F(LakeTest, ALateAnswerToAnEarlierRequestIsNotTakenForTheNext) {
   EXPECT_TRUE(second.ok()) << second.status();
 }
 
-TEST(ScrubPolicyTest, Parse) {
-  EXPECT_EQ(*ParseScrubPolicy("always"), ScrubPolicy::kAlways);
-  EXPECT_EQ(*ParseScrubPolicy("cross-uid"), ScrubPolicy::kCrossUid);
-  EXPECT_EQ(*ParseScrubPolicy("never"), ScrubPolicy::kNever);
-  EXPECT_THAT(ParseScrubPolicy("sometimes").status().message(),
-              HasSubstr("always, cross-uid or never"));
-}
-
 }  // namespace
 }  // namespace gmlake
 

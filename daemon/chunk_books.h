@@ -1,0 +1,234 @@
+// Copyright 2026 The GMLake Authors.
+//
+// ChunkBooks: every chunk gmlaked created, the one state it is in, and who
+// holds it. This is the state machine that keeps one chunk from two
+// holders:
+//
+//            Reserve                      Grant
+//   free ────────────> reserved ─────────────────────> leased
+//     ^                scrubbing                       (a session)
+//     │                (a lease in flight)                 │
+//     ├──────── PutBack ───┘                               │
+//     └──────────────────────── Free / FreeAll ────────────┘
+//   free ── TakeFreeForTrim / TakeFree / TakeAll ──> gone (the caller
+//                                                      releases it)
+//
+// A lease in flight (zeroing or creating chunks without the Lake's lock)
+// owns its chunks as a Reservation: no session's end, Return or trim can
+// take them, and only the lease grants them or puts them back. Every
+// transition checks the state and holder it expects and leaves any other
+// chunk alone; none throws (lookups return null). Free chunks remember the
+// uid that last held them, so that ScrubPolicy can say which need zeroing
+// for the next holder, and a lease takes those that do not first.
+//
+// Who holds what is kept here too, as the chunks move: per session, the
+// bytes granted and the bytes of its leases in flight (which count against
+// quotas), per uid the sum.
+//
+// Not thread-safe: the Lake calls it under its lock. It makes no backend
+// calls: creating, zeroing and releasing chunks is the caller's.
+
+#ifndef GMLAKE_DAEMON_CHUNK_BOOKS_H_
+#define GMLAKE_DAEMON_CHUNK_BOOKS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/unique_fd.h"
+#include "common/vmm.h"
+#include "daemon/release_policy.h"
+#include "daemon/scrub_policy.h"
+
+namespace gmlake {
+
+struct ChunkBooksDevice {
+  size_t chunk_size = 0;
+  uint64_t capacity_chunks = 0;
+};
+
+class ChunkBooks {
+ public:
+  ChunkBooks(std::vector<ChunkBooksDevice> devices, ScrubPolicy scrub);
+  ChunkBooks(const ChunkBooks&) = delete;
+  ChunkBooks& operator=(const ChunkBooks&) = delete;
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  size_t chunk_size(int device) const;
+  uint64_t capacity_chunks(int device) const;
+
+  // Chunks per state on a device. created = free + reserved + scrubbing +
+  // leased; creating is capacity set aside for chunks being made.
+  struct Counts {
+    uint64_t created = 0, creating = 0;
+    uint64_t free = 0, reserved = 0, scrubbing = 0, leased = 0;
+  };
+  Counts counts(int device) const;
+  // Capacity neither created nor set aside.
+  uint64_t room(int device) const;
+
+  // A chunk made outside any lease (ahead of time): free and fresh. `fd` is
+  // its kept export, or none when chunks are exported on demand.
+  uint64_t AddFree(int device, ChunkHandle handle, UniqueFd fd);
+
+  // --- Leases in flight
+  // -------------------------------------------------------
+
+  // The chunks a lease in flight owns.
+  struct Reservation {
+    uint64_t lease = 0;
+    uint64_t session = 0;
+    int64_t uid = kNoUid;
+    int device = 0;
+    uint64_t count = 0;
+    std::vector<uint64_t> clean;  // reserved: fresh or the uid's own
+    std::vector<uint64_t> dirty;  // scrubbing: zero them before granting
+    std::vector<ChunkHandle> dirty_handles;
+    uint64_t to_create = 0;      // capacity set aside for chunks to make
+    std::vector<uint64_t> made;  // chunks made for it (AddMade)
+  };
+  // Reserves `count` chunks on `device` for lease `lease` of `session`
+  // (with `uid`): free chunks, those needing no zeroing for `uid` first,
+  // and capacity for the rest. The caller has checked that free chunks and
+  // room cover `count`. Charges the session and the uid.
+  Reservation Reserve(uint64_t lease, uint64_t session, int64_t uid, int device,
+                      uint64_t count);
+  // Chunks made for `r` join it (reserved, fresh); the capacity set aside
+  // for it is released, whether made or not.
+  struct MadeChunk {
+    ChunkHandle handle = 0;
+    UniqueFd fd;
+  };
+  void AddMade(Reservation* r, std::vector<MadeChunk> made);
+  // Grants every chunk of `r` to its session, all or nothing, and returns
+  // their ids. FailedPrecondition, changing nothing, if `r` holds fewer
+  // than its count (some were never made, or a bug took one: logged).
+  absl::StatusOr<std::vector<uint64_t>> Grant(const Reservation& r);
+  // Puts back what `r` still holds: scrubbing chunks as fresh if `zeroed`
+  // (their zeroing succeeded), the others as they were; uncharges `r`.
+  void PutBack(const Reservation& r, bool zeroed);
+
+  // --- Chunks granted to sessions
+  // ---------------------------------------------
+
+  // OK if every one of `ids` is leased to `session`; otherwise
+  // InvalidArgument naming the first that is not, and what it is.
+  absl::Status CheckLeasedTo(uint64_t session,
+                             absl::Span<const uint64_t> ids) const;
+  // Frees a chunk leased to `session`: the bytes freed, 0 (and nothing
+  // done) if it is not leased to it.
+  uint64_t Free(uint64_t session, uint64_t id);
+  // Frees every chunk leased to `session`. Its leases in flight keep their
+  // charge until they are granted or put back.
+  uint64_t FreeAll(uint64_t session);
+  // OK if every one of `ids` is leased to `session` (its descriptors may be
+  // sent); FailedPrecondition otherwise.
+  absl::Status CheckDeliverable(uint64_t session,
+                                absl::Span<const uint64_t> ids) const;
+  // Duplicates (close-on-exec) the kept exports of `ids`, which must all be
+  // leased to `session`: FailedPrecondition otherwise, ResourceExhausted
+  // when out of descriptors.
+  absl::StatusOr<std::vector<UniqueFd>> DupFds(
+      uint64_t session, absl::Span<const uint64_t> ids) const;
+  // For exporting without the lock: the handles of `ids` (all leased to
+  // `session`, else FailedPrecondition), pinned so that no trim or release
+  // takes them until Unpin, even if they are returned meanwhile.
+  absl::StatusOr<std::vector<ChunkHandle>> Pin(uint64_t session,
+                                               absl::Span<const uint64_t> ids);
+  void Unpin(absl::Span<const uint64_t> ids);
+
+  // --- Who holds what
+  // ---------------------------------------------------------
+
+  struct Holding {
+    uint64_t leased_bytes = 0;     // granted
+    uint64_t in_flight_bytes = 0;  // its leases in flight
+    uint64_t leased_chunks = 0;
+    std::map<int, uint64_t> leased_chunks_by_device;
+  };
+  // What `session` holds (all zero if nothing).
+  Holding holding(uint64_t session) const;
+  // Bytes granted to and in flight for all sessions of `uid`.
+  uint64_t uid_bytes(int64_t uid) const;
+  // Sessions holding granted chunks on `device`.
+  size_t holders(int device) const;
+
+  // --- Releasing
+  // ---------------------------------------------------------------
+
+  struct Released {
+    uint64_t id = 0;
+    int device = 0;
+    ChunkHandle handle = 0;
+    UniqueFd fd;
+    bool held_data = false;  // a session wrote to it since it was fresh
+  };
+  // Takes free chunks of `device` out of the books, up to `bytes` (0: all):
+  // those that held data first (they would need zeroing before reuse).
+  // Pinned chunks stay.
+  std::vector<Released> TakeFreeForTrim(int device, uint64_t bytes);
+  // What the release policy needs to know of `device`: its free chunks
+  // (pinned ones left out) and since when each is free.
+  DeviceHoldings Holdings(int device, uint64_t floor_chunks) const;
+  // Takes the free, unpinned chunks among `ids` of `device` out of the
+  // books (others are left alone).
+  std::vector<Released> TakeFree(int device, absl::Span<const uint64_t> ids);
+  // Takes every chunk out, whatever its state (the daemon is ending).
+  std::vector<Released> TakeAll();
+
+ private:
+  enum class State { kFree, kReserved, kScrubbing, kLeased };
+  struct Chunk {
+    uint64_t id = 0;
+    int device = 0;
+    ChunkHandle handle = 0;
+    UniqueFd fd;   // without export on demand: exported once, duplicated
+    int pins = 0;  // exports in progress without the lock (Pin)
+    State state = State::kFree;
+    uint64_t lease = 0;         // reserved, scrubbing: the lease
+    uint64_t session = 0;       // leased: the session
+    int64_t last_uid = kNoUid;  // the uid of the last holder
+    absl::Time free_since;      // when free: since when
+  };
+  struct Device {
+    ChunkBooksDevice config;
+    Counts counts;
+    // Free chunk ids by the uid that last held them (kNoUid: fresh).
+    absl::flat_hash_map<int64_t, std::vector<uint64_t>> free_by_uid;
+  };
+  struct SessionHolding {
+    int64_t uid = kNoUid;
+    Holding totals;
+    absl::flat_hash_set<uint64_t> chunks;
+  };
+
+  Chunk* Find(uint64_t id) const;
+  // Takes a free chunk out of chunks_ (its free list entry is the caller's).
+  Released Take(Chunk* c);
+  // The chunks `r` still holds as it left them; others are logged.
+  std::vector<Chunk*> HeldBy(const Reservation& r) const;
+  void MakeFree(Chunk* c);
+  uint64_t* CounterOf(Device* d, State state);
+  void Charge(uint64_t session, int64_t uid, uint64_t bytes);
+  void UnchargeInFlight(uint64_t session, int64_t uid, uint64_t bytes);
+  void Forget(uint64_t session);  // when it holds nothing any more
+
+  const ScrubPolicy scrub_;
+  std::vector<Device> devices_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;
+  absl::flat_hash_map<uint64_t, SessionHolding> sessions_;
+  absl::flat_hash_map<int64_t, uint64_t> uid_bytes_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_DAEMON_CHUNK_BOOKS_H_
