@@ -16,7 +16,8 @@ ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 echo "== lake-share on the cuda backend"
 timeout 240 .gpu/bin/gmlake-replay --lake --backend=cuda --progress=false \
-  --gmlaked=.gpu/bin/gmlaked traces/llama1b_full_ckpt.trace.gz \
+  --gmlaked=.gpu/bin/gmlaked --plot="${OUT}/lake_cuda.svg" \
+  traces/llama1b_full_ckpt.trace.gz \
   traces/llama1b_infer.trace.gz traces/llama1b_lora_ckpt.trace.gz 2>&1 | tee "${OUT}/lake_cuda.txt"
 
 echo "== llama_train.py, three allocators"

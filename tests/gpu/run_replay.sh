@@ -8,7 +8,8 @@
 # pluggable allocator. The traces and workloads come with the checkout; it
 # needs the bundle:
 #   tests/gpu/build_bundle.sh //tools:gmlake-replay //client:libgmlake.so
-# Writes JSON lines to $OUT (default a temp dir) and prints the tables.
+# Writes JSON lines and the figures of memory over time (figures/*.svg) to
+# $OUT (default a temp dir) and prints the tables.
 set -uo pipefail
 root="$(pwd)"
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-gpu.XXXXXX)}"
@@ -17,7 +18,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 echo "== gmlake-replay, cuda backend (measured run), accounting (bisection)"
 .gpu/bin/gmlake-replay --backend=cuda --capacity --json --progress=false \
-  --baseline=traces/baselines.json traces > "${OUT}/replay_cuda.jsonl"
+  --baseline=traces/baselines.json --plot_dir="${OUT}/figures" traces \
+  > "${OUT}/replay_cuda.jsonl"
 python3 - "${OUT}/replay_cuda.jsonl" <<'PY'
 import json, sys
 print("%-22s %9s %9s %9s %8s %8s %9s %12s %11s" % ("trace", "res/live", "cap/live", "native", "calls",
