@@ -366,16 +366,21 @@ absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
   return s;
 }
 
-absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
-  ++stats_.num_sync_all_streams;
-  const uint64_t seq = free_seq_;
-  const uint64_t gen = next_gen_ - 1;
+std::vector<StreamHandle> DeviceAllocator::SeenStreams() const {
   std::vector<StreamHandle> streams;
-  for (auto& p : pools_) {
+  for (const auto& p : pools_) {
     if (std::find(streams.begin(), streams.end(), p->stream) == streams.end()) {
       streams.push_back(p->stream);
     }
   }
+  return streams;
+}
+
+absl::Status DeviceAllocator::SettleAll(WaitCounter counter) {
+  ++stats_.num_sync_all_streams;
+  const uint64_t seq = free_seq_;
+  const uint64_t gen = next_gen_ - 1;
+  std::vector<StreamHandle> streams = SeenStreams();
   std::vector<EventHandle> pending_events;
   for (const Pending& p : pending_) {
     pending_events.insert(pending_events.end(), p.events.begin(),
@@ -423,12 +428,7 @@ bool DeviceAllocator::PassFence() {
   if (recorded) {
     events = fence_events_;
   } else {
-    for (auto& p : pools_) {
-      if (std::find(streams.begin(), streams.end(), p->stream) ==
-          streams.end()) {
-        streams.push_back(p->stream);
-      }
-    }
+    streams = SeenStreams();
     events = TakeIdleEvents(streams.size());
     gen = next_gen_ - 1;
   }

@@ -135,6 +135,9 @@ class DeviceAllocator {
   absl::Status Settle(std::vector<StreamHandle> streams,
                       std::vector<EventHandle> also_wait, WaitCounter counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every stream this device has a pool for, once each.
+  std::vector<StreamHandle> SeenStreams() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settle for every stream this device has seen and every pending free.
   absl::Status SettleAll(WaitCounter counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
