@@ -14,6 +14,15 @@ fi
 VENV="${VENV:-$(mktemp -d /tmp/gmlake-venv.XXXXXX)}"
 if [[ ! -x "${VENV}/bin/python" ]]; then
   python3 -m venv --system-site-packages "${VENV}"
+  # --system-site-packages reaches the base interpreter's packages only. Where
+  # python3 is itself a venv (the GPU machine's: /opt/torch/.venv, which holds
+  # PyTorch), a .pth file adds its site-packages, as a user's venv on top of
+  # a conda or image venv would.
+  parent="$(python3 -c 'import sys, sysconfig
+if sys.prefix != sys.base_prefix: print(sysconfig.get_paths()["purelib"])')"
+  if [[ -n "${parent}" ]]; then
+    echo "${parent}" > "$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/parent_venv.pth"
+  fi
 fi
 "${VENV}/bin/pip" install --no-index --no-deps --force-reinstall --quiet "${wheel}"
 unset GMLAKE_LIB GMLAKE_ENABLE PYTHONPATH LD_LIBRARY_PATH
