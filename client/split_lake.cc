@@ -45,15 +45,6 @@ size_t SplitLake::chunk_size(int device) const {
   return For(device)->chunk_size(device);
 }
 
-absl::StatusOr<std::vector<ChunkHandle>> SplitLake::Acquire(int device,
-                                                            size_t count) {
-  return For(device)->Acquire(device, count);
-}
-
-void SplitLake::Return(int device, absl::Span<const ChunkHandle> chunks) {
-  For(device)->Return(device, chunks);
-}
-
 absl::StatusOr<std::vector<SizedChunk>> SplitLake::AcquireBytes(
     int device, uint64_t bytes) {
   return For(device)->AcquireBytes(device, bytes);

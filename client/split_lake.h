@@ -32,9 +32,6 @@ class SplitLake : public ChunkSource {
   std::string Describe() const override;
   VmmBackend* backend() override { return shared_->backend(); }
   size_t chunk_size(int device) const override;
-  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
-                                                   size_t count) override;
-  void Return(int device, absl::Span<const ChunkHandle> chunks) override;
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
