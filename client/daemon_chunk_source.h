@@ -147,7 +147,7 @@ class DaemonChunkSource : public ChunkSource {
   // Whether gmlaked serves this process's `device` (a device of the same
   // UUID). Those it does not serve keep a chunk_size (the backend's
   // granularity) and fail Acquire with FailedPrecondition naming them;
-  // OpenLake serves them from an embedded lake (split_lake.h).
+  // OpenChunkSource serves them from an embedded lake (split_chunk_source.h).
   bool serves(int device) const;
 
   // OK while the daemon is reachable; afterwards, why it is not.
