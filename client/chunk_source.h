@@ -43,24 +43,19 @@ class ChunkSource {
   // Size of every chunk this source hands out on `device`.
   virtual size_t chunk_size(int device) const = 0;
 
-  // Gets `count` chunks on `device`, all or nothing. The handles are usable
-  // with backend() (imported already, where they came from elsewhere) and
-  // belong to the caller until Return. ResourceExhausted, with a message
+  // Gets chunks totalling exactly `bytes` (a multiple of
+  // chunk_size(device)) on `device`, all or nothing; the source picks their
+  // sizes, each a multiple of chunk_size(device). Fewer, larger chunks cost
+  // fewer driver calls to create and map (one call per chunk, whatever its
+  // size: docs/gpu.md, VMM call costs). The handles are usable with
+  // backend() (imported already, where they came from elsewhere) and belong
+  // to the caller until ReturnSized. ResourceExhausted, with a message
   // saying what was asked and what is left, when the lake has no room.
-  virtual absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
-                                                           size_t count) = 0;
-  // Gives chunks back to the lake. They must be unmapped.
-  virtual void Return(int device, absl::Span<const ChunkHandle> chunks) = 0;
-
-  // What the allocator calls: chunks totalling exactly `bytes` (a multiple
-  // of chunk_size(device)), all or nothing; the source picks their sizes.
-  // Fewer, larger chunks cost fewer driver calls to create and map (one
-  // call per chunk, whatever its size: docs/gpu.md, VMM call costs). The
-  // default hands out chunk_size() chunks through Acquire.
-  virtual absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
-                                                               uint64_t bytes);
-  // Gives back chunks from AcquireBytes. The default passes them to Return.
-  virtual void ReturnSized(int device, absl::Span<const SizedChunk> chunks);
+  virtual absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(
+      int device, uint64_t bytes) = 0;
+  // Gives back chunks from AcquireBytes, with the sizes it gave. They must
+  // be unmapped.
+  virtual void ReturnSized(int device, absl::Span<const SizedChunk> chunks) = 0;
 
   // The most bytes this process may hold on `device` (0: no limit but the
   // device's own).
@@ -69,7 +64,7 @@ class ChunkSource {
   // Chunks already held above it are not taken back.
   virtual absl::Status SetCapacity(int device, uint64_t bytes) = 0;
 
-  // The lake asks for memory back: the handler returns (through Return)
+  // The lake asks for memory back: the handler returns (through ReturnSized)
   // cached chunks it does not use, up to `bytes` on `device`, and says how
   // many bytes it returned. The source may call it from any thread.
   using ReclaimHandler = std::function<uint64_t(int device, uint64_t bytes)>;

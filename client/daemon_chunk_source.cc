@@ -703,6 +703,30 @@ void DaemonChunkSource::Return(int device,
   TrimIdle(device, keep, 0);
 }
 
+absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
+    int device, uint64_t bytes) {
+  const uint64_t unit = chunk_size(device);
+  if (unit == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device %d does not exist in this process", device));
+  }
+  absl::StatusOr<std::vector<ChunkHandle>> handles =
+      Acquire(device, static_cast<size_t>((bytes + unit - 1) / unit));
+  if (!handles.ok()) return handles.status();
+  std::vector<SizedChunk> out;
+  out.reserve(handles->size());
+  for (ChunkHandle h : *handles) out.push_back({h, unit});
+  return out;
+}
+
+void DaemonChunkSource::ReturnSized(int device,
+                                    absl::Span<const SizedChunk> chunks) {
+  std::vector<ChunkHandle> handles;
+  handles.reserve(chunks.size());
+  for (const SizedChunk& c : chunks) handles.push_back(c.handle);
+  Return(device, handles);
+}
+
 uint64_t DaemonChunkSource::ReleaseIdle(int device) {
   return TrimIdle(device, 0, 0);
 }

@@ -117,10 +117,13 @@ class DaemonChunkSource : public ChunkSource {
   // the daemon's message (quota, or what the lake has), or with this
   // process's own limit (SetCapacity); Unavailable once the daemon is gone;
   // InvalidArgument for a device the daemon does not serve.
-  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
-                                                   size_t count) override;
+  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device, size_t count);
   // Handles not acquired from this source are ignored.
-  void Return(int device, absl::Span<const ChunkHandle> chunks) override;
+  void Return(int device, absl::Span<const ChunkHandle> chunks);
+  // Acquire and Return in bytes: every chunk is chunk_size(device).
+  absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
+                                                       uint64_t bytes) override;
+  void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
   // The limit set with SetCapacity, else the lake's capacity on `device`.
   uint64_t capacity_bytes(int device) const override;
   absl::Status SetCapacity(int device, uint64_t bytes) override;
@@ -144,7 +147,7 @@ class DaemonChunkSource : public ChunkSource {
   // Whether gmlaked serves this process's `device` (a device of the same
   // UUID). Those it does not serve keep a chunk_size (the backend's
   // granularity) and fail Acquire with FailedPrecondition naming them;
-  // OpenLake serves them from an embedded lake (split_lake.h).
+  // OpenChunkSource serves them from an embedded lake (split_chunk_source.h).
   bool serves(int device) const;
 
   // OK while the daemon is reachable; afterwards, why it is not.

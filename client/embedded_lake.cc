@@ -110,30 +110,6 @@ void EmbeddedLake::ReturnSized(int device,
   }
 }
 
-absl::StatusOr<std::vector<ChunkHandle>> EmbeddedLake::Acquire(int device,
-                                                               size_t count) {
-  absl::StatusOr<std::vector<SizedChunk>> sized;
-  std::vector<ChunkHandle> out;
-  // Whole granules only: ask one at a time so each is chunk_size_.
-  for (size_t i = 0; i < count; ++i) {
-    sized = AcquireBytes(device, chunk_size_);
-    if (!sized.ok()) {
-      std::vector<SizedChunk> back;
-      for (ChunkHandle h : out) back.push_back({h, chunk_size_});
-      ReturnSized(device, back);
-      return sized.status();
-    }
-    out.push_back(sized->front().handle);
-  }
-  return out;
-}
-
-void EmbeddedLake::Return(int device, absl::Span<const ChunkHandle> chunks) {
-  std::vector<SizedChunk> sized;
-  for (ChunkHandle h : chunks) sized.push_back({h, chunk_size_});
-  ReturnSized(device, sized);
-}
-
 uint64_t EmbeddedLake::capacity_bytes(int device) const {
   MutexLock lock(&mu_);
   return devices_[device].capacity;

@@ -16,8 +16,8 @@
 namespace gmlake {
 
 // Creates chunks through the VMM layer on demand, up to a per-device
-// capacity, and keeps chunks returned to it for the next Acquire (creating a
-// chunk costs a driver call; reusing one does not). Trim() releases the kept
+// capacity, and keeps chunks returned to it for the next AcquireBytes (creating
+// a chunk costs a driver call; reusing one does not). Trim() releases the kept
 // ones to the driver.
 class EmbeddedLake : public ChunkSource {
  public:
@@ -34,9 +34,6 @@ class EmbeddedLake : public ChunkSource {
   std::string Describe() const override;
   VmmBackend* backend() override { return backend_; }
   size_t chunk_size(int device) const override { return chunk_size_; }
-  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
-                                                   size_t count) override;
-  void Return(int device, absl::Span<const ChunkHandle> chunks) override;
   // One new chunk of the whole shortfall (up to max_chunk bytes a chunk),
   // after reusing kept chunks that fit.
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,

@@ -146,19 +146,6 @@ TEST_F(EmbeddedLakeTest, BackendOutOfMemoryIsAllOrNothing) {
   lake_->ReturnSized(0, *held);
 }
 
-TEST_F(EmbeddedLakeTest, AcquireOfGranulesIsAllOrNothing) {
-  ASSERT_TRUE(lake_->SetCapacity(0, 3 * kChunk).ok());
-  absl::StatusOr<std::vector<ChunkHandle>> four = lake_->Acquire(0, 4);
-  EXPECT_EQ(four.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(lake_->held_bytes(0), 0u);
-  absl::StatusOr<std::vector<ChunkHandle>> three = lake_->Acquire(0, 3);
-  ASSERT_TRUE(three.ok()) << three.status();
-  EXPECT_EQ(Creates(), 3u);  // the three the failed call made, reused
-  EXPECT_EQ(lake_->held_bytes(0), 3 * kChunk);
-  lake_->Return(0, *three);
-  EXPECT_EQ(lake_->held_bytes(0), 0u);
-}
-
 TEST_F(EmbeddedLakeTest, TrimAndTheEndReleaseKeptChunks) {
   absl::StatusOr<std::vector<SizedChunk>> a =
       lake_->AcquireBytes(0, 4 * kChunk);

@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/allocator.h"
 #include "client/gmlake.h"
-#include "client/lake.h"
+#include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
@@ -130,13 +130,14 @@ absl::Status InitLocked(Global& g, const char* conf) {
   }
   absl::StatusOr<AllocatorOptions> options = ParseConf(text);
   if (!options.ok()) return options.status();
-  absl::StatusOr<OpenedLake> lake = OpenLake(*options);
-  if (!lake.ok()) return lake.status();
-  g.description = lake->description;
+  absl::StatusOr<OpenedChunkSource> opened = OpenChunkSource(*options);
+  if (!opened.ok()) return opened.status();
+  g.description = opened->description;
   if (options->log) {
     std::fprintf(stderr, "gmlake: %s\n", g.description.c_str());
   }
-  g.allocator = std::make_unique<Allocator>(std::move(lake->source), *options);
+  g.allocator =
+      std::make_unique<Allocator>(std::move(opened->source), *options);
   g.ready.store(g.allocator.get(), std::memory_order_release);
   g.conf = text;
   return absl::OkStatus();

@@ -172,7 +172,7 @@ Chunk& Chunk::operator=(Chunk&& o) noexcept {
   if (this != &o) {
     Reset().IgnoreError();
     backend_ = o.backend_;
-    handle_ = o.Release();
+    handle_ = o.TakeHandle();
     device_ = o.device_;
     size_ = o.size_;
   }

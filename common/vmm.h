@@ -259,8 +259,9 @@ class Chunk {
   int device() const { return device_; }
   size_t size() const { return size_; }
   explicit operator bool() const { return handle_ != 0; }
-  // Gives up ownership; the caller must release the handle.
-  ChunkHandle Release() { return std::exchange(handle_, 0); }
+  // Gives up ownership, like unique_ptr::release: the caller must release
+  // the handle (VmmBackend::ReleaseChunk). The chunk is not released here.
+  ChunkHandle TakeHandle() { return std::exchange(handle_, 0); }
   // Releases the chunk now; errors are returned rather than dropped.
   absl::Status Reset();
 

@@ -134,7 +134,7 @@ TEST(VmmOwnersTest, ChunkReleasesItselfUnlessGivenUp) {
   EXPECT_EQ(kept.size(), 2 * kChunk);
 
   // Given up: the handle outlives the owner until released by hand.
-  const ChunkHandle h = kept.Release();
+  const ChunkHandle h = kept.TakeHandle();
   EXPECT_FALSE(static_cast<bool>(kept));
   EXPECT_TRUE(kept.Reset().ok());
   EXPECT_EQ(host->used_bytes(0), 2 * kChunk);

@@ -1,6 +1,10 @@
 // Copyright 2026 The GMLake Authors.
 //
-// Lake: gmlaked's books and the one lock over them. It ties together the
+// Lake: gmlaked's books of the lake, the node's pool of chunks that it
+// leases to processes, and the one lock over them. It is no ChunkSource:
+// processes reach it through DaemonChunkSource (client/), and EmbeddedLake
+// is the in-process pool used without gmlaked (docs/design.md, Names).
+// It ties together the
 // chunks (ChunkBooks: every chunk in exactly one state, and who holds it),
 // the sessions (SessionTable: who may open, bind, claim, and when a
 // session ends), the pressure policy (whom to ask for memory) and the

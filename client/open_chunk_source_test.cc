@@ -1,9 +1,9 @@
 // Copyright 2026 The GMLake Authors.
 //
-// OpenLake against a real gmlaked (fork+exec by the harness, host backend),
-// with the allocator on top: which lake serves which device.
+// OpenChunkSource against a real gmlaked (fork+exec by the harness, host
+// backend), with the allocator on top: which lake serves which device.
 
-#include "client/lake.h"
+#include "client/open_chunk_source.h"
 
 #include <stdlib.h>
 
@@ -43,7 +43,7 @@ uint64_t LeasedOn(Daemon* daemon, int device) {
 // pins a rank) next to a gmlaked serving devices 0 and 1: its device 0 is
 // gmlaked's 1, and its device 1, which gmlaked does not serve, gets an
 // embedded lake of its own, said at start (issue 11).
-TEST(OpenLakeTest, ADeviceGmlakedDoesNotServeGetsAnEmbeddedLake) {
+TEST(OpenChunkSourceTest, ADeviceGmlakedDoesNotServeGetsAnEmbeddedLake) {
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start({"--capacity=64MiB", "--host_devices=2"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
@@ -52,16 +52,16 @@ TEST(OpenLakeTest, ADeviceGmlakedDoesNotServeGetsAnEmbeddedLake) {
   absl::StatusOr<AllocatorOptions> o = ParseConf(absl::StrCat(
       "backend:host,lake:daemon,log:false,socket:", (*daemon)->socket()));
   ASSERT_TRUE(o.ok()) << o.status();
-  absl::StatusOr<OpenedLake> lake = OpenLake(*o);
+  absl::StatusOr<OpenedChunkSource> opened = OpenChunkSource(*o);
   unsetenv("GMLAKE_HOST_VISIBLE_DEVICES");
-  ASSERT_TRUE(lake.ok()) << lake.status();
-  EXPECT_THAT(lake->description, HasSubstr((*daemon)->socket()));
-  EXPECT_THAT(lake->description,
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_THAT(opened->description, HasSubstr((*daemon)->socket()));
+  EXPECT_THAT(opened->description,
               HasSubstr(absl::StrCat("device 1 (", EmulatedDeviceUuid(5),
                                      "): not served by gmlaked")));
-  EXPECT_THAT(lake->description, HasSubstr("embedded lake"));
+  EXPECT_THAT(opened->description, HasSubstr("embedded lake"));
   {
-    Allocator a(std::move(lake->source), *o);
+    Allocator a(std::move(opened->source), *o);
     ASSERT_EQ(a.device_count(), 2);
     absl::StatusOr<DevicePtr> p0 = a.Malloc(8 * kMiB, 0, 0);
     ASSERT_TRUE(p0.ok()) << p0.status();

@@ -1,20 +1,20 @@
 // Copyright 2026 The GMLake Authors.
 
-#include "client/lake.h"
+#include "client/open_chunk_source.h"
 
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/daemon_chunk_source.h"
 #include "client/embedded_lake.h"
-#include "client/split_lake.h"
+#include "client/split_chunk_source.h"
 #include "common/vmm.h"
 
 namespace gmlake {
 namespace {
 
-absl::StatusOr<OpenedLake> OpenEmbedded(const AllocatorOptions& options,
-                                        const std::string& why) {
+absl::StatusOr<OpenedChunkSource> OpenEmbedded(const AllocatorOptions& options,
+                                               const std::string& why) {
   BackendOptions bo;
   bo.kind = options.backend;
   bo.host_capacity_bytes = options.host_capacity;
@@ -27,7 +27,7 @@ absl::StatusOr<OpenedLake> OpenEmbedded(const AllocatorOptions& options,
       return s;
     }
   }
-  OpenedLake out;
+  OpenedChunkSource out;
   out.description = lake->Describe() + why;
   out.source = std::move(lake);
   return out;
@@ -48,13 +48,14 @@ std::unique_ptr<ChunkSource> WithEmbeddedWhereUnserved(
   if (all) return daemon;
   auto local = std::make_unique<EmbeddedLake>(
       daemon->backend(), options.chunk_size, options.max_chunk);
-  return std::make_unique<SplitLake>(std::move(daemon), std::move(local),
-                                     std::move(served));
+  return std::make_unique<SplitChunkSource>(std::move(daemon), std::move(local),
+                                            std::move(served));
 }
 
 }  // namespace
 
-absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
+absl::StatusOr<OpenedChunkSource> OpenChunkSource(
+    const AllocatorOptions& options) {
   if (options.lake == "embedded") return OpenEmbedded(options, "");
   DaemonSourceOptions d;
   d.socket_path = options.socket;
@@ -84,7 +85,7 @@ absl::StatusOr<OpenedLake> OpenLake(const AllocatorOptions& options) {
       return s;
     }
   }
-  OpenedLake out;
+  OpenedChunkSource out;
   out.description = source->Describe();
   out.source = std::move(source);
   return out;

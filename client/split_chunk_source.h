@@ -1,13 +1,13 @@
 // Copyright 2026 The GMLake Authors.
 //
-// SplitLake: a ChunkSource that takes each device's chunks from one of two
-// lakes: gmlaked for the devices it serves, an embedded lake in this process
-// for the others (a rank that sees a GPU the node's gmlaked does not serve).
-// Both lakes hand out chunks of one backend, the one the allocator maps
-// through. Only gmlaked asks for memory back.
+// SplitChunkSource: a ChunkSource that takes each device's chunks from one
+// of two chunk sources: gmlaked for the devices it serves, an embedded lake
+// in this process for the others (a rank that sees a GPU the node's gmlaked
+// does not serve). Both hand out chunks of one backend, the one the
+// allocator maps through. Only gmlaked asks for memory back.
 
-#ifndef GMLAKE_CLIENT_SPLIT_LAKE_H_
-#define GMLAKE_CLIENT_SPLIT_LAKE_H_
+#ifndef GMLAKE_CLIENT_SPLIT_CHUNK_SOURCE_H_
+#define GMLAKE_CLIENT_SPLIT_CHUNK_SOURCE_H_
 
 #include <memory>
 #include <string>
@@ -17,24 +17,22 @@
 
 namespace gmlake {
 
-class SplitLake : public ChunkSource {
+class SplitChunkSource : public ChunkSource {
  public:
   // Device d comes from `shared` where `from_shared[d]`, else from `local`.
   // `local` must hand out chunks of `shared->backend()`, which `shared`
   // owns (it outlives `local` here).
-  SplitLake(std::unique_ptr<ChunkSource> shared,
-            std::unique_ptr<ChunkSource> local, std::vector<bool> from_shared);
-  ~SplitLake() override;
+  SplitChunkSource(std::unique_ptr<ChunkSource> shared,
+                   std::unique_ptr<ChunkSource> local,
+                   std::vector<bool> from_shared);
+  ~SplitChunkSource() override;
 
-  // The shared lake's name ("daemon").
+  // The shared source's name ("daemon").
   absl::string_view name() const override { return shared_->name(); }
-  // Both lakes, and which device comes from which.
+  // Both sources, and which device comes from which.
   std::string Describe() const override;
   VmmBackend* backend() override { return shared_->backend(); }
   size_t chunk_size(int device) const override;
-  absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device,
-                                                   size_t count) override;
-  void Return(int device, absl::Span<const ChunkHandle> chunks) override;
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
@@ -56,4 +54,4 @@ class SplitLake : public ChunkSource {
 
 }  // namespace gmlake
 
-#endif  // GMLAKE_CLIENT_SPLIT_LAKE_H_
+#endif  // GMLAKE_CLIENT_SPLIT_CHUNK_SOURCE_H_

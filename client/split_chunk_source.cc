@@ -1,6 +1,6 @@
 // Copyright 2026 The GMLake Authors.
 
-#include "client/split_lake.h"
+#include "client/split_chunk_source.h"
 
 #include <utility>
 
@@ -9,17 +9,17 @@
 
 namespace gmlake {
 
-SplitLake::SplitLake(std::unique_ptr<ChunkSource> shared,
-                     std::unique_ptr<ChunkSource> local,
-                     std::vector<bool> from_shared)
+SplitChunkSource::SplitChunkSource(std::unique_ptr<ChunkSource> shared,
+                                   std::unique_ptr<ChunkSource> local,
+                                   std::vector<bool> from_shared)
     : shared_(std::move(shared)),
       local_(std::move(local)),
       from_shared_(std::move(from_shared)) {}
 
-SplitLake::~SplitLake() { local_.reset(); }
+SplitChunkSource::~SplitChunkSource() { local_.reset(); }
 
-ChunkSource* SplitLake::For(int device) const {
-  // Devices out of range go to the shared lake, which says they do not
+ChunkSource* SplitChunkSource::For(int device) const {
+  // Devices out of range go to the shared source, which says they do not
   // exist.
   if (device >= 0 && static_cast<size_t>(device) < from_shared_.size() &&
       !from_shared_[device]) {
@@ -28,7 +28,7 @@ ChunkSource* SplitLake::For(int device) const {
   return shared_.get();
 }
 
-std::string SplitLake::Describe() const {
+std::string SplitChunkSource::Describe() const {
   std::vector<std::string> local;
   for (size_t d = 0; d < from_shared_.size(); ++d) {
     if (from_shared_[d]) continue;
@@ -41,42 +41,34 @@ std::string SplitLake::Describe() const {
                       ", so served from this process's ", local_->Describe());
 }
 
-size_t SplitLake::chunk_size(int device) const {
+size_t SplitChunkSource::chunk_size(int device) const {
   return For(device)->chunk_size(device);
 }
 
-absl::StatusOr<std::vector<ChunkHandle>> SplitLake::Acquire(int device,
-                                                            size_t count) {
-  return For(device)->Acquire(device, count);
-}
-
-void SplitLake::Return(int device, absl::Span<const ChunkHandle> chunks) {
-  For(device)->Return(device, chunks);
-}
-
-absl::StatusOr<std::vector<SizedChunk>> SplitLake::AcquireBytes(
+absl::StatusOr<std::vector<SizedChunk>> SplitChunkSource::AcquireBytes(
     int device, uint64_t bytes) {
   return For(device)->AcquireBytes(device, bytes);
 }
 
-void SplitLake::ReturnSized(int device, absl::Span<const SizedChunk> chunks) {
+void SplitChunkSource::ReturnSized(int device,
+                                   absl::Span<const SizedChunk> chunks) {
   For(device)->ReturnSized(device, chunks);
 }
 
-uint64_t SplitLake::capacity_bytes(int device) const {
+uint64_t SplitChunkSource::capacity_bytes(int device) const {
   return For(device)->capacity_bytes(device);
 }
 
-absl::Status SplitLake::SetCapacity(int device, uint64_t bytes) {
+absl::Status SplitChunkSource::SetCapacity(int device, uint64_t bytes) {
   return For(device)->SetCapacity(device, bytes);
 }
 
-void SplitLake::SetReclaimHandler(ReclaimHandler handler) {
+void SplitChunkSource::SetReclaimHandler(ReclaimHandler handler) {
   // The embedded lake has no one else to ask for memory for.
   shared_->SetReclaimHandler(std::move(handler));
 }
 
-void SplitLake::SetUsageProvider(UsageProvider provider) {
+void SplitChunkSource::SetUsageProvider(UsageProvider provider) {
   shared_->SetUsageProvider(std::move(provider));
 }
 
