@@ -4,6 +4,8 @@
 # On the GPU machine (two GPUs: kind nvidia-h200-x2, carry [".gpu"] after
 # tests/gpu/bundle_python.sh here), from the repository root:
 #   bash tests/gpu/ddp_fsdp_compare.sh            # RUNS=3 by default
+# Environment: RUNS, STEPS_DDP (20), STEPS_FSDP (16), COMPARE ("ddp fsdp":
+# which workloads), NPROC (2), OUT.
 # DDP (workloads/ddp_train.py) and FSDP2 (fsdp_compare.py), each on
 # two ranks with torch.distributed.run, with PyTorch's allocator and with
 # GMLake, RUNS times, interleaved. GMLake comes from the wheel in a fresh
@@ -46,7 +48,7 @@ train() {  # workload mode run
 }
 
 for run in $(seq 1 "${RUNS}"); do
-  for workload in ddp fsdp; do
+  for workload in ${COMPARE:-ddp fsdp}; do
     for mode in native gmlake; do
       train "${workload}" "${mode}" "${run}"
     done
@@ -58,6 +60,8 @@ import glob, json, os, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 results = {}
 for wl in ("ddp", "fsdp"):
+    if not glob.glob(os.path.join(out, f"{wl}_*.log")):
+        continue
     table = {}
     for mode in ("native", "gmlake"):
         for run in range(1, runs + 1):
