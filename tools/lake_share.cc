@@ -26,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "proto/gmlake.grpc.pb.h"
+#include "tools/daemon_process.h"
 #include "tools/subprocess.h"
 #include "tools/trace.h"
 
@@ -40,29 +41,11 @@ void Progress(bool on, const std::string& line) {
   std::fflush(stderr);
 }
 
-std::string Dir(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 struct NodeView {
   uint64_t created = 0;   // bytes of chunks gmlaked holds, all devices
   uint64_t capacity = 0;  // its capacity, all devices
   uint64_t pressure = 0;  // pressure requests sent so far
 };
-
-absl::StatusOr<v1::StatusResponse> DaemonStatus(v1::Lake::Stub* stub) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::StatusRequest req;
-  v1::StatusResponse resp;
-  grpc::Status s = stub->Status(&ctx, req, &resp);
-  if (!s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("gmlaked Status: ", s.error_message()));
-  }
-  return resp;
-}
 
 // Samples gmlaked's Status on a thread of its own until destroyed: what the
 // node holds and what each client (known by its pid) holds.
@@ -120,15 +103,9 @@ class LakeSampler {
 };
 
 absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  gmlake::v1::StatusRequest req;
-  gmlake::v1::StatusResponse resp;
-  grpc::Status s = stub->Status(&ctx, req, &resp);
-  if (!s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("gmlaked Status: ", s.error_message()));
-  }
+  absl::StatusOr<v1::StatusResponse> status = DaemonStatus(stub);
+  if (!status.ok()) return status.status();
+  const v1::StatusResponse& resp = *status;
   NodeView v;
   for (const auto& d : resp.devices()) {
     v.created += d.created_bytes() + d.creating_bytes();
@@ -272,44 +249,26 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   result.capacity_bytes = plan->capacity_bytes;
 
   // gmlaked.
-  std::unique_ptr<Subprocess> daemon;
+  std::unique_ptr<DaemonProcess> daemon;
   std::string socket = config.socket;
-  std::string dir;
   if (socket.empty()) {
-    char tmpl[] = "/tmp/gml.XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp");
-    dir = tmpl;
-    socket = dir + "/gmlaked.sock";
-    std::string bin = config.gmlaked;
-    if (bin.empty()) {
-      bin = Dir(config.self) + "/gmlaked";
-      if (::access(bin.c_str(), X_OK) != 0) {
-        bin = Dir(config.self) + "/../daemon/gmlaked";
-      }
-    }
     const uint64_t host_capacity =
         std::max<uint64_t>(result.capacity_bytes, uint64_t{64} << 30);
-    std::vector<std::string> argv = {
-        bin,
+    std::vector<std::string> flags = {
         "--backend=" + config.backend,
-        "--socket=" + socket,
-        "--fd_socket=" + dir + "/fd.sock",
         absl::StrCat("--capacity=", result.capacity_bytes),
         absl::StrCat("--host_capacity=", host_capacity),
         absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
     if (config.reclaim_timeout > absl::ZeroDuration()) {
-      argv.push_back(absl::StrCat(
+      flags.push_back(absl::StrCat(
           "--reclaim_timeout=", absl::FormatDuration(config.reclaim_timeout)));
     }
-    absl::StatusOr<std::unique_ptr<Subprocess>> d =
-        Subprocess::Start(argv, /*pipes=*/false);
-    if (!d.ok()) {
-      return absl::Status(
-          d.status().code(),
-          absl::StrCat("starting gmlaked: ", d.status().message(),
-                       " (pass --gmlaked=PATH)"));
-    }
+    Progress(config.progress, "lake: starting gmlaked");
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> d =
+        DaemonProcess::Start(FindGmlaked(config.gmlaked, config.self), flags);
+    if (!d.ok()) return d.status();
     daemon = *std::move(d);
+    socket = daemon->socket();
   }
   auto channel =
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
@@ -399,12 +358,7 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
     c->Send("exit").IgnoreError();
     c->Wait(absl::Seconds(30)).IgnoreError();
   }
-  if (daemon != nullptr) {
-    daemon->Stop(SIGTERM, absl::Seconds(10)).IgnoreError();
-    ::unlink(socket.c_str());
-    ::unlink((dir + "/fd.sock").c_str());
-    ::rmdir(dir.c_str());
-  }
+  daemon.reset();  // stops gmlaked, removes its sockets
   Progress(config.progress, "");
   if (!failure.ok()) return failure;
   for (uint64_t p : process_peak) result.sum_of_process_peaks_bytes += p;

@@ -1,0 +1,67 @@
+# Copyright 2026 The GMLake Authors.
+"""gmlake-handoff on the host backend: a real gmlaked, a real holder process
+and real descriptors. The time is reported, not judged (timings belong in
+benchmarks); the calls are asserted: one import and one map per chunk, one
+access call for the whole range, every chunk reclaimed from the holder in
+one pressure round."""
+import json
+import os
+import subprocess
+import unittest
+
+ROOT = os.path.join(os.environ.get("TEST_SRCDIR", "."), "gmlake")
+BIN = os.path.join(ROOT, "tools", "gmlake-handoff")
+GMLAKED = os.path.join(ROOT, "daemon", "gmlaked")
+MiB = 1 << 20
+
+
+def handoff(*flags):
+    out = subprocess.run(
+        [BIN, "--json", "--progress=false", "--gmlaked=" + GMLAKED, *flags],
+        capture_output=True, text=True, timeout=240)
+    if out.returncode != 0:
+        raise AssertionError(f"gmlake-handoff {flags}: exit {out.returncode}\n"
+                             f"{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class HandoffTest(unittest.TestCase):
+    def check(self, r, size, chunk):
+        chunks = size // chunk
+        print(f"hand-off of {size // MiB} MiB in {chunks} chunks: "
+              f"{r['total_seconds'] * 1e3:.1f} ms",
+              {p["name"]: round(p["seconds"] * 1e3, 2) for p in r["phases"]})
+        self.assertEqual(r["chunk_size"], chunk)
+        self.assertEqual(r["chunks"], chunks)
+        self.assertGreater(r["total_seconds"], 0)
+        taker = r["taker_calls"]
+        self.assertEqual(taker["import"]["calls"], chunks)
+        self.assertEqual(taker["map"]["calls"], chunks)
+        self.assertEqual(taker["set_access"]["calls"], 1)
+        self.assertNotIn("create", taker)  # the taker creates nothing
+        self.assertGreaterEqual(r["pressure_rounds"], 1)
+        self.assertEqual(r["holder_chunks_returned"], chunks)
+        self.assertEqual(r["holder_calls"]["unmap"]["calls"], chunks)
+        self.assertEqual(r["holder_calls"]["release"]["calls"], chunks)
+        names = [p["name"] for p in r["phases"]]
+        self.assertEqual(names, ["reclaim", "import", "map", "access",
+                                 "lease and transfer (rest)"])
+        self.assertAlmostEqual(sum(p["seconds"] for p in r["phases"]),
+                               r["total_seconds"], places=6)
+
+    def test_granule_chunks(self):
+        self.check(handoff("--bytes=256MiB"), 256 * MiB, 2 * MiB)
+
+    def test_large_chunks(self):
+        self.check(handoff("--bytes=256MiB", "--chunk_size=32MiB"),
+                   256 * MiB, 32 * MiB)
+
+    def test_bad_size_is_refused(self):
+        out = subprocess.run([BIN, "--bytes=lots"], capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--bytes: give a size such as 1GiB", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
