@@ -66,7 +66,9 @@ class ChunkSource {
 
   // The lake asks for memory back: the handler returns (through ReturnSized)
   // cached chunks it does not use, up to `bytes` on `device`, and says how
-  // many bytes it returned. The source may call it from any thread.
+  // many bytes it returned. The source may call it from any thread. Once
+  // SetReclaimHandler returns, no call of the handler it replaced is running
+  // or will start: the caller may destroy what that handler used.
   using ReclaimHandler = std::function<uint64_t(int device, uint64_t bytes)>;
   virtual void SetReclaimHandler(ReclaimHandler handler) = 0;
 

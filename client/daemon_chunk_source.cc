@@ -344,11 +344,9 @@ void DaemonChunkSource::WatchLoop() {
 void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
   pressure_requests_.fetch_add(1);
   int device;
-  ReclaimHandler handler;
   {
     MutexLock l(&mu_);
     device = LocalDevice(daemon_device);
-    handler = reclaim_;
   }
   if (device >= 0) {
     // Counted where chunks go back (GiveBack), also those that the
@@ -356,11 +354,15 @@ void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
     tls_answering_pressure = this;
     // Idle chunks first: nobody uses them.
     uint64_t freed = TrimIdle(device, 0, bytes);
-    if (freed < bytes && handler) {
-      // The allocator returns cached chunks through Return, which may keep
-      // them idle (below the watermark): give those back too.
-      handler(device, bytes - freed);
-      TrimIdle(device, 0, bytes - freed);
+    if (freed < bytes) {
+      // Held through the call: SetReclaimHandler waits for it.
+      MutexLock l(&reclaim_mu_);
+      if (reclaim_) {
+        // The allocator returns cached chunks through Return, which may
+        // keep them idle (below the watermark): give those back too.
+        reclaim_(device, bytes - freed);
+        TrimIdle(device, 0, bytes - freed);
+      }
     }
     tls_answering_pressure = nullptr;
   }
@@ -455,7 +457,7 @@ absl::Status DaemonChunkSource::SetCapacity(int device, uint64_t bytes) {
 }
 
 void DaemonChunkSource::SetReclaimHandler(ReclaimHandler handler) {
-  MutexLock l(&mu_);
+  MutexLock l(&reclaim_mu_);
   reclaim_ = std::move(handler);
 }
 

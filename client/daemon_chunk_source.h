@@ -249,13 +249,16 @@ class DaemonChunkSource : public ChunkSource {
 
   mutable Mutex mu_;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
-  ReclaimHandler reclaim_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread watch_thread_;
   Notification watching_;
 
+  // Held while the reclaim handler runs, so that replacing it waits for the
+  // call (the Allocator destroys what its handler uses once it cleared it).
+  Mutex reclaim_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  ReclaimHandler reclaim_ ABSL_GUARDED_BY(reclaim_mu_);
   // Held while the provider runs, so that replacing it waits for the call.
   Mutex provider_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   UsageProvider provider_ ABSL_GUARDED_BY(provider_mu_);

@@ -233,6 +233,41 @@ TEST_F(DaemonChunkSourceTest, PressureCallsTheReclaimHandler) {
   EXPECT_TRUE(daemon_->CheckBooks().ok());
 }
 
+// The Allocator's destructor clears its handler and then destroys what the
+// handler uses; a call already running on the Watch thread must have ended
+// by the time SetReclaimHandler returns, or it runs into freed memory.
+TEST_F(DaemonChunkSourceTest, SetReclaimHandlerWaitsForTheCallInProgress) {
+  Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> idle = Connect(0, "idle");
+  std::unique_ptr<DaemonChunkSource> busy = Connect(0, "busy");
+  absl::StatusOr<std::vector<ChunkHandle>> held = idle->Acquire(0, 8);
+  ASSERT_TRUE(held.ok());
+  std::vector<ChunkHandle> keep(held->begin(), held->begin() + 5);
+  std::vector<ChunkHandle> give(held->begin() + 5, held->end());
+  DaemonChunkSource* raw = idle.get();
+  Notification inside;
+  std::atomic<bool> finished{false};
+  idle->SetReclaimHandler([&](int, uint64_t) -> uint64_t {
+    raw->Return(0, give);
+    inside.Notify();
+    absl::SleepFor(absl::Milliseconds(300));
+    finished = true;
+    return give.size() * kChunk;
+  });
+  std::thread lease([&] {
+    absl::StatusOr<std::vector<ChunkHandle>> got = busy->Acquire(0, 3);
+    ASSERT_TRUE(got.ok()) << got.status();
+    busy->Return(0, *got);
+  });
+  inside.WaitForNotification();
+  idle->SetReclaimHandler(nullptr);
+  EXPECT_TRUE(finished.load())
+      << "SetReclaimHandler returned while the old handler still ran";
+  lease.join();
+  idle->Return(0, keep);
+  EXPECT_TRUE(daemon_->CheckBooks().ok());
+}
+
 TEST_F(DaemonChunkSourceTest, SetCapacityLimitsThisProcess) {
   Start({"--capacity=32MiB"});
   std::unique_ptr<DaemonChunkSource> s = Connect();
