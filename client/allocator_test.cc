@@ -260,6 +260,12 @@ TEST_F(AllocatorTest, SnapshotHasPyTorchsShape) {
             std::string::npos)
       << stats;
   EXPECT_NE(stats.find("\"gmlake.driver_calls.map\":"), std::string::npos);
+  // The time in driver calls, for benchmarks (microseconds: PyTorch's
+  // memory_stats values are integers). Mapping took some.
+  const std::string key = "\"gmlake.driver_us\":";
+  const size_t us = stats.find(key);
+  ASSERT_NE(us, std::string::npos) << stats;
+  EXPECT_GT(std::stoll(stats.substr(us + key.size())), 0) << stats;
   ASSERT_TRUE(allocator_->Free(a).ok());
   ASSERT_TRUE(allocator_->Free(s).ok());
 }

@@ -138,7 +138,8 @@ std::string AllocatorStats::ToJson() const {
                     "\":", driver_calls.count[i]);
   }
   absl::StrAppend(
-      &out, ",\"gmlake.driver_calls.total\":", driver_calls.MemoryCalls(), "}");
+      &out, ",\"gmlake.driver_calls.total\":", driver_calls.MemoryCalls(),
+      ",\"gmlake.driver_us\":", driver_calls.TotalNanos() / 1000, "}");
   return out;
 }
 

@@ -77,8 +77,9 @@ for rep in range(args.reps):
         runs[a].append(r)
         extra = ""
         if s:
-            extra = " host_waits=%d stitches=%d unmaps=%d maps=%d set_access=%d" % (
-                s.get("gmlake.host_waits", -1), s.get("gmlake.stitches", -1),
+            extra = " host_waits=%d driver_ms=%.1f stitches=%d unmaps=%d maps=%d set_access=%d" % (
+                s.get("gmlake.host_waits", -1), s.get("gmlake.driver_us", -1000) / 1e3,
+                s.get("gmlake.stitches", -1),
                 s.get("gmlake.driver_calls.unmap", -1), s.get("gmlake.driver_calls.map", -1),
                 s.get("gmlake.driver_calls.set_access", -1))
         print("  rep %d %-10s tokens/s %8.0f  reserved/allocated %.3f%s" % (
