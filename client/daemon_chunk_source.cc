@@ -88,6 +88,13 @@ DaemonChunkSource::NewLink(absl::Duration timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetMaxSendMessageSize(8 << 20);
+  // A channel of its own each time, without gRPC's reconnect backoff
+  // (which grows to minutes, shared by every channel to the same socket):
+  // a restarted gmlaked is found as soon as it listens.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   link->channel =
       grpc::CreateCustomChannel(absl::StrCat("unix:", options_.socket_path),
                                 grpc::InsecureChannelCredentials(), args);
