@@ -99,9 +99,9 @@ TEST(DaemonRestartTest, TwoClientsMidTraceFinishAcrossAKillAndARestart) {
   for (ClientProcess* c : {a.get(), b.get()}) {
     absl::StatusOr<std::string> done = Until(c, "done");
     ASSERT_OK(done) << daemon.Log();
-    // "done <events> <reconnections> <readopted>"
+    // "done <events> <reconnections> <readopted> <oom waits> <loops>"
     std::vector<std::string> w = absl::StrSplit(*done, ' ');
-    ASSERT_EQ(w.size(), 4u) << *done;
+    ASSERT_EQ(w.size(), 6u) << *done;
     EXPECT_EQ(w[2], "1") << *done;
     uint64_t readopted = 0;
     ASSERT_TRUE(absl::SimpleAtoi(w[3], &readopted));
