@@ -2,6 +2,7 @@
 
 #include "daemon/chunk_identity.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,9 @@ std::string ChunkIdentity::ToString() const {
 ChunkIdentity IdentifyDescriptor(int fd) {
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  // A memfd (or other shmem file): one inode per memory. Anything else is
+  // no chunk this names.
+  if (::fcntl(fd, F_GET_SEALS) < 0) return {};
   return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 

@@ -36,7 +36,8 @@ struct ChunkIdentity {
 };
 
 // The identity of the memory behind an open descriptor: the inode of a
-// regular file (a memfd), unknown for anything else or a closed one.
+// memfd (a regular shmem file, which takes seals), unknown for anything
+// else (a pipe, a file on disk, a device's descriptor) or a closed one.
 ChunkIdentity IdentifyDescriptor(int fd);
 
 }  // namespace gmlake

@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace gmlake {
@@ -24,6 +26,17 @@ TEST(ChunkIdentityTest, AMemfdIsNamedByItsInodeWhateverTheDescriptor) {
   ::close(a);
   ::close(dup);
   ::close(b);
+}
+
+TEST(ChunkIdentityTest, FilesOnDiskAreUnknown) {
+  // Bazel's test directory is on disk (/tmp may be a tmpfs, whose files
+  // are shmem like memfds).
+  std::string path = ::testing::TempDir() + "/identity.XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  ASSERT_GE(fd, 0);
+  ::unlink(path.c_str());
+  EXPECT_FALSE(IdentifyDescriptor(fd).known());
+  ::close(fd);
 }
 
 TEST(ChunkIdentityTest, PipesAndClosedDescriptorsAreUnknown) {
