@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/daemon_link.h"
 #include "common/bytes.h"
 #include "common/fd_passing.h"
 #include "common/mutex.h"
@@ -25,12 +26,6 @@
 #include "proto/protocol.h"
 
 namespace gmlake {
-
-struct DaemonChunkSource::Rpc {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Lake::Stub> stub;
-  grpc::ClientContext watch_ctx;
-};
 
 namespace {
 
@@ -80,7 +75,39 @@ absl::StatusOr<v1::FdReply> ReadReply(int sock, std::vector<UniqueFd>* fds) {
 }  // namespace
 
 DaemonChunkSource::DaemonChunkSource(const DaemonSourceOptions& options)
-    : options_(options), rpc_(std::make_unique<Rpc>()) {}
+    : options_(options) {}
+
+std::shared_ptr<DaemonChunkSource::Rpc> DaemonChunkSource::link() const {
+  MutexLock l(&mu_);
+  return rpc_;
+}
+
+absl::StatusOr<std::shared_ptr<DaemonChunkSource::Rpc>>
+DaemonChunkSource::NewLink(absl::Duration timeout) {
+  auto link = std::make_shared<Rpc>();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  // A channel of its own each time, without gRPC's reconnect backoff
+  // (which grows to minutes, shared by every channel to the same socket):
+  // a restarted gmlaked is found as soon as it listens.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  link->channel =
+      grpc::CreateCustomChannel(absl::StrCat("unix:", options_.socket_path),
+                                grpc::InsecureChannelCredentials(), args);
+  if (!link->channel->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to gmlaked at ", options_.socket_path,
+                     " within ", absl::FormatDuration(timeout),
+                     " (a stale socket of a gmlaked that is gone?)"));
+  }
+  link->stub = v1::Lake::NewStub(link->channel);
+  return link;
+}
 
 absl::StatusOr<std::unique_ptr<DaemonChunkSource>> DaemonChunkSource::Connect(
     const DaemonSourceOptions& options) {
@@ -105,31 +132,36 @@ absl::StatusOr<std::unique_ptr<DaemonChunkSource>> DaemonChunkSource::Connect(
         absl::StrCat(options.socket_path, " exists but is not a socket"));
   }
   std::unique_ptr<DaemonChunkSource> src(new DaemonChunkSource(options));
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  args.SetMaxSendMessageSize(8 << 20);
-  src->rpc_->channel =
-      grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path),
-                                grpc::InsecureChannelCredentials(), args);
-  if (!src->rpc_->channel->WaitForConnected(
-          absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to gmlaked at ", options.socket_path,
-                     " within ", absl::FormatDuration(options.connect_timeout),
-                     " (a stale socket of a gmlaked that is gone?)"));
+  absl::StatusOr<std::shared_ptr<Rpc>> link =
+      src->NewLink(options.connect_timeout);
+  if (!link.ok()) return link.status();
+  if (absl::Status s = src->Open(link->get(), /*first=*/true); !s.ok()) {
+    return s;
   }
-  src->rpc_->stub = v1::Lake::NewStub(src->rpc_->channel);
-  if (absl::Status s = src->Open(); !s.ok()) return s;
-  if (absl::Status s = src->Bind(); !s.ok()) return s;
-  if (absl::Status s = src->StartWatch(); !s.ok()) return s;
+  absl::StatusOr<UniqueFd> sock = src->Bind(**link);
+  if (!sock.ok()) return sock.status();
+  {
+    MutexLock l(&src->fd_mu_);
+    src->fd_sock_ = *std::move(sock);
+  }
+  {
+    MutexLock l(&src->mu_);
+    (*link)->epoch = src->epoch_;
+    src->rpc_ = *link;
+  }
+  src->session_id_ = (*link)->session;
+  if (absl::Status s = src->StartWatch(*link); !s.ok()) return s;
+  DaemonChunkSource* p = src.get();
   if (options.usage_report_interval > absl::ZeroDuration()) {
-    DaemonChunkSource* p = src.get();
     src->report_thread_ = std::thread([p] { p->ReportLoop(); });
+  }
+  if (options.reconnect_interval > absl::ZeroDuration()) {
+    src->relink_thread_ = std::thread([p] { p->RelinkLoop(); });
   }
   return src;
 }
 
-absl::Status DaemonChunkSource::Open() {
+absl::Status DaemonChunkSource::Open(Rpc* link, bool first) {
   const uint32_t version = options_.protocol_version != 0
                                ? options_.protocol_version
                                : ProtocolVersion();
@@ -141,7 +173,7 @@ absl::Status DaemonChunkSource::Open() {
   v1::OpenSessionResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
-  absl::Status s = FromGrpc(rpc_->stub->OpenSession(&ctx, req, &resp));
+  absl::Status s = FromGrpc(link->stub->OpenSession(&ctx, req, &resp));
   if (!s.ok()) {
     return WithContext(absl::StrCat("opening a session with gmlaked at ",
                                     options_.socket_path),
@@ -151,11 +183,17 @@ absl::Status DaemonChunkSource::Open() {
     // The daemon should have refused; refuse here in its stead.
     return VersionMismatch(version, resp.protocol_version());
   }
-  session_id_ = resp.session_id();
-  token_ = resp.token();
+  link->session = resp.session_id();
+  link->token = resp.token();
   fd_socket_path_ = resp.fd_socket();
+  if (!first && resp.backend() != daemon_backend_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gmlaked at ", options_.socket_path, " came back with the ",
+        resp.backend(), " backend instead of ", daemon_backend_,
+        ": this process's chunks cannot be shown to it"));
+  }
   daemon_backend_ = resp.backend();
-  daemon_description_ = resp.daemon_description();
+  if (first) daemon_description_ = resp.daemon_description();
   if (resp.devices_size() == 0) {
     return absl::FailedPreconditionError("gmlaked reports no devices");
   }
@@ -167,6 +205,7 @@ absl::Status DaemonChunkSource::Open() {
     }
     served[d.device()] = &d;
   }
+  if (!first) return CheckSameDevices(served);
   if (absl::Status s = ChooseBackend(served); !s.ok()) return s;
   return MatchDevices(served);
 }
@@ -267,7 +306,7 @@ bool DaemonChunkSource::serves(int device) const {
          devices_[device].daemon_device >= 0;
 }
 
-absl::Status DaemonChunkSource::Bind() {
+absl::StatusOr<UniqueFd> DaemonChunkSource::Bind(const Rpc& link) {
   absl::StatusOr<UniqueFd> sock =
       ConnectUnix(fd_socket_path_, "gmlaked's fd socket");
   if (!sock.ok()) return sock.status();
@@ -275,8 +314,8 @@ absl::Status DaemonChunkSource::Bind() {
   ::setsockopt(sock->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(sock->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   v1::FdRequest req;
-  req.set_session_id(session_id_);
-  req.set_token(token_);
+  req.set_session_id(link.session);
+  req.set_token(link.token);
   req.mutable_bind();
   if (absl::Status s = SendFds(sock->get(), req.SerializeAsString(), {});
       !s.ok()) {
@@ -293,35 +332,39 @@ absl::Status DaemonChunkSource::Bind() {
                         absl::StrCat("gmlaked refused to bind the session: ",
                                      reply->message()));
   }
-  MutexLock l(&fd_mu_);
-  fd_sock_ = *std::move(sock);
-  return absl::OkStatus();
+  return sock;
 }
 
-absl::Status DaemonChunkSource::StartWatch() {
-  watch_thread_ = std::thread([this] { WatchLoop(); });
-  if (!watching_.WaitForNotificationWithTimeout(options_.connect_timeout)) {
+absl::Status DaemonChunkSource::StartWatch(std::shared_ptr<Rpc> link) {
+  watch_thread_ = std::thread([this, link] { WatchLoop(link); });
+  if (!link->watching.WaitForNotificationWithTimeout(
+          options_.connect_timeout)) {
+    link->watch_ctx.TryCancel();
     return absl::UnavailableError(
         absl::StrCat("gmlaked at ", options_.socket_path,
                      " did not start the Watch "
                      "stream within ",
                      absl::FormatDuration(options_.connect_timeout)));
   }
-  absl::Status lost = Lost();
-  if (!lost.ok()) return lost;
+  if (!link->hello) {
+    return absl::UnavailableError(
+        absl::StrCat("gmlaked at ", options_.socket_path,
+                     " ended the Watch stream at once"));
+  }
   return absl::OkStatus();
 }
 
-void DaemonChunkSource::WatchLoop() {
+void DaemonChunkSource::WatchLoop(std::shared_ptr<Rpc> link) {
   v1::WatchRequest req;
-  req.set_session_id(session_id_);
-  req.set_token(token_);
+  req.set_session_id(link->session);
+  req.set_token(link->token);
   std::unique_ptr<grpc::ClientReader<v1::PressureRequest>> reader =
-      rpc_->stub->Watch(&rpc_->watch_ctx, req);
+      link->stub->Watch(&link->watch_ctx, req);
   v1::PressureRequest p;
   while (reader->Read(&p)) {
-    if (!watching_.HasBeenNotified()) {
-      watching_.Notify();  // the hello: the session is live
+    if (!link->hello) {
+      link->hello = true;  // the session is live
+      link->watching.Notify();
       continue;
     }
     if (p.bytes_wanted() == 0) continue;
@@ -334,11 +377,12 @@ void DaemonChunkSource::WatchLoop() {
     closing = closing_;
   }
   if (!closing) {
-    MarkLost(s.ok() ? absl::UnavailableError("gmlaked ended the Watch stream")
-                    : s)
+    MarkLost(
+        s.ok() ? absl::UnavailableError("gmlaked ended the Watch stream") : s,
+        link.get())
         .IgnoreError();
   }
-  if (!watching_.HasBeenNotified()) watching_.Notify();
+  if (!link->watching.HasBeenNotified()) link->watching.Notify();
 }
 
 void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
@@ -421,7 +465,7 @@ bool DaemonChunkSource::ReportWorthyLocked() const {
 void DaemonChunkSource::ReportLoop() {
   while (!stop_reports_.WaitForNotificationWithTimeout(
       options_.usage_report_interval)) {
-    if (!Lost().ok()) return;
+    if (!Lost().ok()) continue;  // until the daemon is back
     PollUsage();
     bool worthy;
     {
@@ -494,9 +538,10 @@ absl::Status DaemonChunkSource::ReportUsage() { return SendUsage(); }
 
 absl::Status DaemonChunkSource::SendUsage(bool unsolicited) {
   if (absl::Status lost = Lost(); !lost.ok()) return lost;
+  const std::shared_ptr<Rpc> r = link();
   v1::ReportUsageRequest req;
-  req.set_session_id(session_id_);
-  req.set_token(token_);
+  req.set_session_id(r->session);
+  req.set_token(r->token);
   req.set_unsolicited(unsolicited);
   if (unsolicited) usage_reports_.fetch_add(1);
   {
@@ -506,17 +551,31 @@ absl::Status DaemonChunkSource::SendUsage(bool unsolicited) {
   v1::ReportUsageResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
-  absl::Status s = FromGrpc(rpc_->stub->ReportUsage(&ctx, req, &resp));
+  absl::Status s = FromGrpc(r->stub->ReportUsage(&ctx, req, &resp));
   if (s.code() == absl::StatusCode::kUnavailable ||
       s.code() == absl::StatusCode::kNotFound) {
-    return MarkLost(s);
+    return MarkLost(s, r.get());
   }
   return s;
 }
 
 absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     int device, size_t count) {
+  bool short_while_lost;
+  {
+    MutexLock l(&mu_);
+    short_while_lost = device >= 0 &&
+                       static_cast<size_t>(device) < devices_.size() &&
+                       devices_[device].idle.size() < count && !lost_.ok();
+  }
+  if (short_while_lost) {
+    // gmlaked is away and the idle chunks do not do: wait for it holding
+    // nothing (idle chunks taken now would miss its adoption).
+    WaitForLink(absl::Now() + options_.reconnect_wait).IgnoreError();
+  }
   std::vector<std::pair<ChunkHandle, uint64_t>> got;
+  size_t from_idle = 0;
+  uint64_t idle_epoch = 0;
   {
     MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
@@ -541,25 +600,30 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
           count, FormatBytes(count * d.chunk_size), device, FormatBytes(after),
           FormatBytes(d.limit)));
     }
-    const size_t from_idle = std::min(count, d.idle.size());
+    from_idle = std::min(count, d.idle.size());
     got.assign(d.idle.end() - from_idle, d.idle.end());
     d.idle.resize(d.idle.size() - from_idle);
+    idle_epoch = epoch_;
   }
+  uint64_t lease_epoch = 0;
+  absl::Status s = absl::OkStatus();
   if (got.size() < count) {
-    absl::Status s = Lost();
-    if (s.ok()) s = LeaseAndImport(device, count - got.size(), &got);
-    if (!s.ok()) {
-      // All or nothing: the idle chunks taken stay idle.
-      MutexLock l(&mu_);
-      DeviceState& d = devices_[device];
-      d.idle.insert(d.idle.end(), got.begin(), got.end());
-      return s;
-    }
+    s = LeaseWhenLinked(device, count - got.size(), &got, &lease_epoch);
+  }
+  MutexLock l(&mu_);
+  // Ids of another daemon than the current one (it restarted meanwhile,
+  // and these were not in the maps it was shown): kept, uncounted.
+  for (size_t i = 0; i < got.size(); ++i) {
+    if ((i < from_idle ? idle_epoch : lease_epoch) != epoch_) got[i].second = 0;
+  }
+  DeviceState& d = devices_[device];
+  if (!s.ok()) {
+    // All or nothing: the idle chunks taken stay idle.
+    d.idle.insert(d.idle.end(), got.begin(), got.end());
+    return s;
   }
   std::vector<ChunkHandle> handles;
   handles.reserve(got.size());
-  MutexLock l(&mu_);
-  DeviceState& d = devices_[device];
   for (const auto& [h, id] : got) {
     d.held[h] = id;
     handles.push_back(h);
@@ -569,10 +633,12 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
 
 absl::Status DaemonChunkSource::LeaseAndImport(
     int device, size_t count,
-    std::vector<std::pair<ChunkHandle, uint64_t>>* out) {
+    std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch) {
+  const std::shared_ptr<Rpc> r = link();
+  *epoch = r->epoch;
   v1::LeaseRequest req;
-  req.set_session_id(session_id_);
-  req.set_token(token_);
+  req.set_session_id(r->session);
+  req.set_token(r->token);
   req.set_chunk_count(count);
   size_t chunk;
   {
@@ -589,10 +655,10 @@ absl::Status DaemonChunkSource::LeaseAndImport(
     // large lease of new chunks gets time for it.
     SetDeadline(&ctx, options_.lease_timeout +
                           absl::Milliseconds(2) * static_cast<int64_t>(count));
-    absl::Status s = FromGrpc(rpc_->stub->Lease(&ctx, req, &resp));
+    absl::Status s = FromGrpc(r->stub->Lease(&ctx, req, &resp));
     if (s.code() == absl::StatusCode::kUnavailable ||
         s.code() == absl::StatusCode::kNotFound) {
-      return MarkLost(s);
+      return MarkLost(s, r.get());
     }
     if (!s.ok()) return WithContext("gmlaked", s);
   }
@@ -609,8 +675,8 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   {
     MutexLock l(&fd_mu_);
     v1::FdRequest claim;
-    claim.set_session_id(session_id_);
-    claim.set_token(token_);
+    claim.set_session_id(r->session);
+    claim.set_token(r->token);
     claim.mutable_claim()->set_lease_id(resp.lease_id());
     failure = SendFds(fd_sock_.get(), claim.SerializeAsString(), {});
     socket_broken = !failure.ok();
@@ -674,16 +740,17 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   if (socket_broken) {
     // Without the fd socket the session is over (the daemon ends it when
     // the connection closes).
-    return MarkLost(WithContext("gmlaked's fd socket failed", failure));
+    return MarkLost(WithContext("gmlaked's fd socket failed", failure),
+                    r.get());
   }
   v1::ReturnRequest ret;
-  ret.set_session_id(session_id_);
-  ret.set_token(token_);
+  ret.set_session_id(r->session);
+  ret.set_token(r->token);
   for (uint64_t id : lease_ids) ret.add_chunk_ids(id);
   v1::ReturnResponse ret_resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
-  rpc_->stub->Return(&ctx, ret, &ret_resp);
+  r->stub->Return(&ctx, ret, &ret_resp);
   return failure;
 }
 
@@ -737,6 +804,7 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
                                      uint64_t max_bytes) {
   std::vector<std::pair<ChunkHandle, uint64_t>> give;
   uint64_t bytes = 0;
+  uint64_t epoch = 0;
   {
     MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
@@ -749,13 +817,15 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
       d.idle.pop_back();
       bytes += d.chunk_size;
     }
+    epoch = epoch_;
   }
-  if (!give.empty()) GiveBack(device, give);
+  if (!give.empty()) GiveBack(device, give, epoch);
   return bytes;
 }
 
 void DaemonChunkSource::GiveBack(
-    int device, absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks) {
+    int device, absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks,
+    uint64_t epoch) {
   // Our handle goes first, so the daemon never leases a chunk on while
   // this process still holds it.
   for (const auto& [h, id] : chunks) {
@@ -767,10 +837,18 @@ void DaemonChunkSource::GiveBack(
     pressure_bytes_returned_.fetch_add(chunks.size() * chunk_size(device));
   }
   if (!Lost().ok()) return;
+  const std::shared_ptr<Rpc> r = link();
+  // Ids of a daemon before a restart: the new one was shown these chunks
+  // and got them back from Relink, or never counted them.
+  if (r->epoch != epoch) return;
   v1::ReturnRequest req;
-  req.set_session_id(session_id_);
-  req.set_token(token_);
-  for (const auto& [h, id] : chunks) req.add_chunk_ids(id);
+  req.set_session_id(r->session);
+  req.set_token(r->token);
+  // Id 0: kept from before a restart, not adopted by this daemon.
+  for (const auto& [h, id] : chunks) {
+    if (id != 0) req.add_chunk_ids(id);
+  }
+  if (req.chunk_ids_size() == 0) return;
   {
     MutexLock l(&mu_);
     AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
@@ -778,22 +856,32 @@ void DaemonChunkSource::GiveBack(
   v1::ReturnResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
-  absl::Status s = FromGrpc(rpc_->stub->Return(&ctx, req, &resp));
+  absl::Status s = FromGrpc(r->stub->Return(&ctx, req, &resp));
   if (s.code() == absl::StatusCode::kUnavailable ||
       s.code() == absl::StatusCode::kNotFound) {
-    MarkLost(s).IgnoreError();
+    MarkLost(s, r.get()).IgnoreError();
   }
 }
 
-absl::Status DaemonChunkSource::MarkLost(const absl::Status& why) {
+absl::Status DaemonChunkSource::MarkLost(const absl::Status& why,
+                                         const Rpc* link) {
   MutexLock l(&mu_);
+  if (link != nullptr && link != rpc_.get()) {
+    // A call on a link already replaced (the daemon restarted meanwhile).
+    return absl::UnavailableError(
+        absl::StrCat("gmlaked restarted during the call: ", why.message()));
+  }
   if (lost_.ok()) {
     size_t held = 0;
     for (const DeviceState& d : devices_) held += d.held.size() + d.idle.size();
     lost_ = absl::UnavailableError(absl::StrFormat(
         "gmlaked at %s is gone for session %d (%s): this process keeps the "
-        "%d chunks it holds but cannot lease more until it restarts",
-        options_.socket_path, session_id_, why.message(), held));
+        "%d chunks it holds but cannot lease more %s",
+        options_.socket_path, session_id_.load(), why.message(), held,
+        options_.reconnect_interval > absl::ZeroDuration()
+            ? "until gmlaked is back (it reconnects by itself)"
+            : "until it restarts"));
+    link_changed_.SignalAll();
   }
   return lost_;
 }
@@ -809,6 +897,15 @@ size_t DaemonChunkSource::held_chunks(int device) const {
   MutexLock l(&mu_);
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
   return devices_[device].held.size();
+}
+
+std::vector<ChunkHandle> DaemonChunkSource::HeldHandles(int device) const {
+  MutexLock l(&mu_);
+  std::vector<ChunkHandle> out;
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return out;
+  for (const auto& [h, id] : devices_[device].held) out.push_back(h);
+  for (const auto& [h, id] : devices_[device].idle) out.push_back(h);
+  return out;
 }
 
 size_t DaemonChunkSource::idle_chunks(int device) const {
@@ -835,8 +932,8 @@ std::string DaemonChunkSource::Describe() const {
         FormatBytes(d.chunk_size), FormatBytes(d.lake_capacity)));
   }
   return absl::StrFormat("gmlaked at %s (session %d, %s backend; %s)%s",
-                         options_.socket_path, session_id_, daemon_backend_,
-                         absl::StrJoin(devs, "; "),
+                         options_.socket_path, session_id_.load(),
+                         daemon_backend_, absl::StrJoin(devs, "; "),
                          lost_.ok() ? "" : " [gone]");
 }
 
@@ -845,8 +942,10 @@ DaemonChunkSource::~DaemonChunkSource() {
   {
     MutexLock l(&mu_);
     closing_ = true;
+    link_changed_.SignalAll();
     for (const DeviceState& d : devices_) held += d.held.size();
   }
+  if (relink_thread_.joinable()) relink_thread_.join();
   if (held > 0) {
     std::fprintf(stderr,
                  "gmlake: DaemonChunkSource destroyed while %zu chunks are "
@@ -856,17 +955,18 @@ DaemonChunkSource::~DaemonChunkSource() {
   }
   stop_reports_.Notify();
   if (report_thread_.joinable()) report_thread_.join();
-  if (session_id_ != 0 && rpc_->stub != nullptr && Lost().ok()) {
+  const std::shared_ptr<Rpc> r = link();
+  if (r != nullptr && r->stub != nullptr && Lost().ok()) {
     v1::CloseSessionRequest req;
-    req.set_session_id(session_id_);
-    req.set_token(token_);
+    req.set_session_id(r->session);
+    req.set_token(r->token);
     v1::CloseSessionResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::min(options_.rpc_timeout, absl::Seconds(2)));
-    rpc_->stub->CloseSession(&ctx, req, &resp);
+    r->stub->CloseSession(&ctx, req, &resp);
   }
   if (watch_thread_.joinable()) {
-    rpc_->watch_ctx.TryCancel();
+    if (r != nullptr) r->watch_ctx.TryCancel();
     watch_thread_.join();
   }
   {

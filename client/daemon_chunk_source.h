@@ -22,9 +22,15 @@
 // a rank other numbers than gmlaked's). Requests, usage and pressure are
 // translated; a device gmlaked does not serve is said so per device.
 //
-// If the daemon goes away, the source keeps working with what it holds:
-// Acquire serves idle chunks and otherwise fails with Unavailable saying
-// so; Return releases locally. Nothing here crashes the process.
+// If the daemon goes away, the source keeps working with what it holds, and
+// a thread reconnects as soon as gmlaked is back (a restart, systemd's
+// Restart=): it opens a new session, shows the new daemon every chunk this
+// process still holds (their descriptors, exported from its imports:
+// FdRequest.adopt) so that its books count them again, and resumes
+// leasing, pressure and usage reports (daemon_relink.cc). Meanwhile Acquire
+// serves idle chunks, and otherwise waits up to reconnect_wait for the
+// daemon before failing with Unavailable; Return releases locally. Nothing
+// here crashes the process.
 //
 // Contract: destroy the source only after every acquired chunk was returned
 // (unmapped): the session's end gives all its chunks back to the lake.
@@ -87,6 +93,12 @@ struct DaemonSourceOptions {
   absl::Duration usage_report_interval = absl::Milliseconds(250);
   // The protocol version to speak (0: this build's). For tests.
   uint32_t protocol_version = 0;
+  // Once gmlaked is gone, how often to try to reconnect to a restarted one
+  // (0: never; the source then stays without a daemon).
+  absl::Duration reconnect_interval = absl::Milliseconds(100);
+  // How long an Acquire that needs the daemon waits for it to come back
+  // before failing with Unavailable.
+  absl::Duration reconnect_wait = absl::Seconds(30);
 };
 
 class DaemonChunkSource : public ChunkSource {
@@ -152,9 +164,15 @@ class DaemonChunkSource : public ChunkSource {
 
   // OK while the daemon is reachable; afterwards, why it is not.
   absl::Status daemon_status() const;
-  uint64_t session_id() const { return session_id_; }
+  // The current session (a new one after each reconnection).
+  uint64_t session_id() const { return session_id_.load(); }
+  // Reconnections to a restarted gmlaked so far, and chunks it adopted.
+  uint64_t reconnections() const { return reconnections_.load(); }
+  uint64_t chunks_readopted() const { return chunks_readopted_.load(); }
   // Chunks the caller holds / idle ones kept here, on `device`.
   size_t held_chunks(int device) const;
+  // The handles of both, for tests that check what a process holds.
+  std::vector<ChunkHandle> HeldHandles(int device) const;
   size_t idle_chunks(int device) const;
   // Usage reports sent on this process's own initiative (figures changed).
   uint64_t usage_reports() const { return usage_reports_.load(); }
@@ -165,6 +183,7 @@ class DaemonChunkSource : public ChunkSource {
   }
 
  private:
+  struct Rpc;  // daemon_link.h
   // Per device of this process (its numbering; gmlaked's may differ).
   struct DeviceState {
     std::string uuid;
@@ -183,7 +202,16 @@ class DaemonChunkSource : public ChunkSource {
   };
 
   explicit DaemonChunkSource(const DaemonSourceOptions& options);
-  absl::Status Open();
+  // The current link's gRPC objects, session and token.
+  std::shared_ptr<Rpc> link() const;
+  // A new channel to options_.socket_path, connected within `timeout`.
+  absl::StatusOr<std::shared_ptr<Rpc>> NewLink(absl::Duration timeout);
+  // Opens a session on `link`. The first time it also chooses the backend
+  // and pairs devices; later (a restarted daemon) it checks that the
+  // daemon still serves the same devices with the same chunk sizes.
+  absl::Status Open(Rpc* link, bool first);
+  absl::Status CheckSameDevices(
+      const std::vector<const v1::DeviceInfo*>& served);
   // The backend chunks are imported through: the one given, else one of
   // gmlaked's kind (on the host backend, seeing gmlaked's devices unless
   // GMLAKE_HOST_VISIBLE_DEVICES says otherwise).
@@ -192,21 +220,47 @@ class DaemonChunkSource : public ChunkSource {
   absl::Status MatchDevices(const std::vector<const v1::DeviceInfo*>& served);
   // This process's number for gmlaked's device `daemon_device` (-1: none).
   int LocalDevice(int daemon_device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Bind();
-  absl::Status StartWatch();
-  void WatchLoop();
+  absl::StatusOr<UniqueFd> Bind(const Rpc& link);
+  absl::Status StartWatch(std::shared_ptr<Rpc> link);
+  void WatchLoop(std::shared_ptr<Rpc> link);
+  // --- Reconnecting (daemon_relink.cc) ---
+  // The reconnecting thread: waits for the daemon to be lost, then tries
+  // Relink every reconnect_interval until it works or the source closes.
+  void RelinkLoop();
+  // One attempt: a new session, the chunks held shown to it (Readopt), a
+  // new Watch stream, then published as the current link.
+  absl::Status Relink();
+  // Shows the new daemon every chunk held, device by device; fills
+  // `renamed` (handle -> new id) with those it adopted.
+  absl::Status Readopt(const Rpc& link, int sock,
+                       absl::flat_hash_map<ChunkHandle, uint64_t>* renamed);
+  // Applies the new ids (chunks the daemon did not adopt are kept,
+  // uncounted: id 0) and returns the new ids of chunks let go meanwhile.
+  std::vector<uint64_t> RenameLocked(
+      const absl::flat_hash_map<ChunkHandle, uint64_t>& renamed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the daemon is back or `deadline`; its status then.
+  absl::Status WaitForLink(absl::Time deadline);
   void HandlePressure(int device, uint64_t bytes);
-  // Leases `count` chunks and imports them; appends (handle, id) pairs.
+  // LeaseAndImport once the daemon is there: waits up to reconnect_wait
+  // for a restarted one, and leases again if it restarted during the lease.
+  absl::Status LeaseWhenLinked(
+      int device, size_t count,
+      std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch);
+  // Leases `count` chunks and imports them; appends (handle, id) pairs,
+  // with the epoch of the link they were leased on.
   absl::Status LeaseAndImport(
       int device, size_t count,
-      std::vector<std::pair<ChunkHandle, uint64_t>>* out);
+      std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch);
   // Releases idle chunks of `device` beyond `keep_bytes`, at most
   // `max_bytes` (0: no maximum), and returns them to the daemon.
   uint64_t TrimIdle(int device, uint64_t keep_bytes, uint64_t max_bytes);
   // Releases the local handles of chunks of `device` and tells the daemon
   // (if reachable).
+  // `epoch`: the link the ids are of (taken out of the maps under it).
   void GiveBack(int device,
-                absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks);
+                absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks,
+                uint64_t epoch);
   // `unsolicited`: sent because the figures changed, not as an answer to
   // pressure.
   absl::Status SendUsage(bool unsolicited = false);
@@ -218,8 +272,9 @@ class DaemonChunkSource : public ChunkSource {
   void ReportLoop();
   bool ReportWorthyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that the daemon is gone (the first reason wins); returns the
-  // Unavailable status Acquire reports from then on.
-  absl::Status MarkLost(const absl::Status& why);
+  // Unavailable status Acquire reports from then on. A call made on `link`
+  // when another link has replaced it meanwhile marks nothing.
+  absl::Status MarkLost(const absl::Status& why, const Rpc* link = nullptr);
   absl::Status Lost() const;
   struct UsageFigures {
     int device;
@@ -232,12 +287,15 @@ class DaemonChunkSource : public ChunkSource {
   const DaemonSourceOptions options_;
   std::unique_ptr<VmmBackend> owned_backend_;
   VmmBackend* backend_ = nullptr;
-  // The gRPC channel, stub and Watch call (kept out of this header so that
-  // its includers do not compile gRPC's headers).
-  struct Rpc;
-  std::unique_ptr<Rpc> rpc_;
-  uint64_t session_id_ = 0;
-  std::string token_;
+  // The gRPC channel, stub, Watch call, session and token of the current
+  // link (kept out of this header so that its includers do not compile
+  // gRPC's headers). A restarted daemon gets a new link; calls in flight
+  // keep theirs.
+  std::shared_ptr<Rpc> rpc_ ABSL_GUARDED_BY(mu_);
+  // Links so far: chunk ids are a daemon's, and mean nothing to the next.
+  // Ids taken out of the maps under one epoch are used under it only.
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<uint64_t> session_id_{0};
   std::string fd_socket_path_;
   std::string daemon_backend_;
   std::string daemon_description_;
@@ -251,9 +309,13 @@ class DaemonChunkSource : public ChunkSource {
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when the daemon is lost or back, and when closing.
+  CondVar link_changed_;
 
-  std::thread watch_thread_;
-  Notification watching_;
+  std::thread watch_thread_;  // the current link's; replaced by Relink
+  std::thread relink_thread_;
+  std::atomic<uint64_t> reconnections_{0};
+  std::atomic<uint64_t> chunks_readopted_{0};
 
   // Held while the reclaim handler runs, so that replacing it waits for the
   // call (the Allocator destroys what its handler uses once it cleared it).

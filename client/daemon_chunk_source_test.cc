@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,12 +41,14 @@ class DaemonChunkSourceTest : public ::testing::Test {
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
   }
-  std::unique_ptr<DaemonChunkSource> Connect(uint64_t watermark = 0,
-                                             const std::string& name = "t") {
+  std::unique_ptr<DaemonChunkSource> Connect(
+      uint64_t watermark = 0, const std::string& name = "t",
+      absl::Duration reconnect = absl::Milliseconds(100)) {
     DaemonSourceOptions o;
     o.socket_path = daemon_->socket();
     o.name = name;
     o.idle_watermark_bytes = watermark;
+    o.reconnect_interval = reconnect;
     absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
         DaemonChunkSource::Connect(o);
     EXPECT_TRUE(s.ok()) << s.status();
@@ -286,7 +289,9 @@ TEST_F(DaemonChunkSourceTest, SetCapacityLimitsThisProcess) {
 
 TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
   Start({"--capacity=16MiB"});
-  std::unique_ptr<DaemonChunkSource> s = Connect(kChunk);
+  // Without reconnecting: the source stays without a daemon.
+  std::unique_ptr<DaemonChunkSource> s =
+      Connect(kChunk, "t", absl::ZeroDuration());
   absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
   ASSERT_TRUE(hs.ok());
   ASSERT_TRUE(Touch(s.get(), *hs, 0x61, false).ok());
@@ -311,6 +316,54 @@ TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
   s->Return(0, *hs);
   s->Return(0, *one);
   EXPECT_FALSE(s->ReportUsage().ok());
+}
+
+// gmlaked killed and started again on the same sockets (what systemd's
+// Restart= does): the source reconnects by itself, shows the new daemon the
+// chunks it holds, which counts them again, and leases on.
+TEST_F(DaemonChunkSourceTest, AfterARestartTheSourceReconnectsAndIsAdopted) {
+  Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> s = Connect(kChunk);
+  absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
+  ASSERT_TRUE(hs.ok());
+  ASSERT_TRUE(Touch(s.get(), *hs, 0x61, false).ok());
+  s->Return(0, {(*hs)[2]});  // kept idle (watermark: one chunk)
+  hs->pop_back();
+  ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+  const absl::Time deadline = absl::Now() + testing::kPatience;
+  while (s->daemon_status().ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(s->daemon_status().code(), absl::StatusCode::kUnavailable);
+  // A lease while the daemon is down waits for it.
+  absl::StatusOr<std::vector<ChunkHandle>> waited;
+  std::thread acquire([&] { waited = s->Acquire(0, 2); });
+  ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
+  acquire.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_TRUE(s->daemon_status().ok());
+  EXPECT_EQ(s->reconnections(), 1u);
+  EXPECT_EQ(s->chunks_readopted(), 3u);
+  // The new daemon counts all four: three adopted (one of them idle here,
+  // now handed out again) and one it made.
+  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->devices(0).created_chunks(), 4u);
+  EXPECT_EQ(SessionChunks(s->session_id()), 4u);
+  EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
+  EXPECT_TRUE(Touch(s.get(), *hs, 0x61, true).ok());
+  s->Return(0, *hs);
+  s->Return(0, *waited);
+  s.reset();
+  // Adopted chunks went back to the driver, not to the lake; the one the
+  // daemon made is free.
+  st = daemon_->WaitFor(
+      [](const v1::StatusResponse& r) { return r.sessions_size() == 0; },
+      testing::kPatience);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->devices(0).created_chunks(), 1u);
+  EXPECT_EQ(st->devices(0).free_chunks(), 1u);
+  EXPECT_THAT(daemon_->Log(), HasSubstr("adopted 3 chunks"));
 }
 
 TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {

@@ -73,12 +73,15 @@ void ChunkBooks::MakeFree(Chunk* c) {
   d.free_by_uid[c->last_uid].push_back(c->id);
 }
 
-uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, UniqueFd fd) {
+uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, UniqueFd fd,
+                             ChunkIdentity identity) {
   auto c = std::make_unique<Chunk>();
   c->id = next_id_++;
   c->device = device;
   c->handle = handle;
   c->fd = std::move(fd);
+  c->identity = identity;
+  if (identity.known()) by_identity_[identity] = c->id;
   c->free_since = absl::Now();
   Device& d = devices_[device];
   ++d.counts.created;
@@ -158,6 +161,8 @@ void ChunkBooks::AddMade(Reservation* r, std::vector<MadeChunk> made) {
     c->device = r->device;
     c->handle = made[i].handle;
     c->fd = std::move(made[i].fd);
+    c->identity = made[i].identity;
+    if (c->identity.known()) by_identity_[c->identity] = c->id;
     c->state = State::kReserved;
     c->lease = r->lease;
     ++d.counts.created;
@@ -274,7 +279,11 @@ uint64_t ChunkBooks::Free(uint64_t session, uint64_t id) {
       if (u->second == 0) uid_bytes_.erase(u);
     }
   }
-  MakeFree(c);
+  if (c->adopted) {
+    Drop(c);  // `c` is gone
+  } else {
+    MakeFree(c);
+  }
   Forget(session);
   return size;
 }
@@ -409,6 +418,7 @@ ChunkBooks::Released ChunkBooks::Take(Chunk* c) {
   --d.counts.free;
   --d.counts.created;
   const uint64_t id = c->id;
+  if (c->identity.known()) by_identity_.erase(c->identity);
   chunks_.erase(id);  // `c` is gone
   return r;
 }
@@ -516,7 +526,10 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
     r.held_data = c->last_uid != kNoUid;
     out.push_back(std::move(r));
   }
+  for (Released& r : dropped_) out.push_back(std::move(r));
+  dropped_.clear();
   chunks_.clear();
+  by_identity_.clear();
   sessions_.clear();
   uid_bytes_.clear();
   for (Device& d : devices_) {
@@ -524,6 +537,63 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
     d.free_by_uid.clear();
   }
   return out;
+}
+
+// --- Adopted after a restart
+// -----------------------------------------------------------
+
+uint64_t ChunkBooks::Adopt(uint64_t session, int64_t uid, int device,
+                           ChunkHandle handle, ChunkIdentity identity) {
+  auto c = std::make_unique<Chunk>();
+  c->id = next_id_++;
+  c->device = device;
+  c->handle = handle;
+  c->state = State::kLeased;
+  c->session = session;
+  c->last_uid = uid;
+  c->identity = identity;
+  c->adopted = true;
+  Device& d = devices_[device];
+  ++d.counts.created;
+  ++d.counts.leased;
+  const uint64_t size = d.config.chunk_size;
+  SessionHolding& s = sessions_[session];
+  s.uid = uid;
+  s.chunks.insert(c->id);
+  s.totals.leased_bytes += size;
+  ++s.totals.leased_chunks;
+  ++s.totals.leased_chunks_by_device[device];
+  uid_bytes_[uid] += size;
+  if (identity.known()) by_identity_[identity] = c->id;
+  const uint64_t id = c->id;
+  chunks_[id] = std::move(c);
+  return id;
+}
+
+void ChunkBooks::Drop(Chunk* c) {
+  Device& d = devices_[c->device];
+  --*CounterOf(&d, c->state);
+  --d.counts.created;
+  Released r;
+  r.id = c->id;
+  r.device = c->device;
+  r.handle = c->handle;
+  r.fd = std::move(c->fd);
+  r.held_data = false;  // never zeroed: it was never the daemon's to reuse
+  if (c->identity.known()) by_identity_.erase(c->identity);
+  dropped_.push_back(std::move(r));
+  const uint64_t id = c->id;
+  chunks_.erase(id);  // `c` is gone
+}
+
+std::vector<ChunkBooks::Released> ChunkBooks::TakeDropped() {
+  return std::exchange(dropped_, {});
+}
+
+uint64_t ChunkBooks::HeldAs(const ChunkIdentity& identity) const {
+  if (!identity.known()) return 0;
+  auto it = by_identity_.find(identity);
+  return it == by_identity_.end() ? 0 : it->second;
 }
 
 }  // namespace gmlake

@@ -12,6 +12,8 @@
 //     └──────────────────────── Free / FreeAll ────────────┘
 //   free ── TakeFreeForTrim / TakeFree / TakeAll ──> gone (the caller
 //                                                      releases it)
+//   Adopt ──> leased ── Free / FreeAll ──> dropped (TakeDropped: the
+//                                          caller releases it)
 //
 // A lease in flight (zeroing or creating chunks without the Lake's lock)
 // owns its chunks as a Reservation: no session's end, Return or trim can
@@ -45,6 +47,7 @@
 #include "absl/types/span.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
+#include "daemon/chunk_identity.h"
 #include "daemon/release_policy.h"
 #include "daemon/scrub_policy.h"
 
@@ -76,8 +79,10 @@ class ChunkBooks {
   uint64_t room(int device) const;
 
   // A chunk made outside any lease (ahead of time): free and fresh. `fd` is
-  // its kept export, or none when chunks are exported on demand.
-  uint64_t AddFree(int device, ChunkHandle handle, UniqueFd fd);
+  // its kept export, or none when chunks are exported on demand; `identity`
+  // names its memory where the backend can tell (chunk_identity.h).
+  uint64_t AddFree(int device, ChunkHandle handle, UniqueFd fd,
+                   ChunkIdentity identity = {});
 
   // --- Leases in flight
   // -------------------------------------------------------
@@ -106,6 +111,7 @@ class ChunkBooks {
   struct MadeChunk {
     ChunkHandle handle = 0;
     UniqueFd fd;
+    ChunkIdentity identity;
   };
   void AddMade(Reservation* r, std::vector<MadeChunk> made);
   // Grants every chunk of `r` to its session, all or nothing, and returns
@@ -184,6 +190,22 @@ class ChunkBooks {
   // Takes every chunk out, whatever its state (the daemon is ending).
   std::vector<Released> TakeAll();
 
+  // --- Adopted after a restart (adopt_policy.h) -----------------------------
+
+  // A chunk a session's process still held from the daemon before this
+  // one, shown by its descriptor and imported as `handle`: leased to
+  // `session` (of `uid`) at once, counted as created, its bytes charged to
+  // the session and the uid. It is never pooled: when the session returns
+  // it or ends, Free takes it out of the books into TakeDropped.
+  uint64_t Adopt(uint64_t session, int64_t uid, int device, ChunkHandle handle,
+                 ChunkIdentity identity);
+  // Adopted chunks freed since the last call, out of the books: the caller
+  // releases their handles (never zeroing them: the client may still map
+  // them, and their memory never goes to anyone else).
+  std::vector<Released> TakeDropped();
+  // The chunk whose memory has `identity` (0: none, or unknown).
+  uint64_t HeldAs(const ChunkIdentity& identity) const;
+
  private:
   enum class State { kFree, kReserved, kScrubbing, kLeased };
   struct Chunk {
@@ -197,6 +219,8 @@ class ChunkBooks {
     uint64_t session = 0;       // leased: the session
     int64_t last_uid = kNoUid;  // the uid of the last holder
     absl::Time free_since;      // when free: since when
+    ChunkIdentity identity;     // its memory, where the backend can tell
+    bool adopted = false;       // after a restart: never pooled
   };
   struct Device {
     ChunkBooksDevice config;
@@ -211,6 +235,9 @@ class ChunkBooks {
   };
 
   Chunk* Find(uint64_t id) const;
+  // Takes an adopted chunk that its session let go out of the books, into
+  // dropped_.
+  void Drop(Chunk* c);
   // Takes a free chunk out of chunks_ (its free list entry is the caller's).
   Released Take(Chunk* c);
   // The chunks `r` still holds as it left them; others are logged.
@@ -226,6 +253,8 @@ class ChunkBooks {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;
   absl::flat_hash_map<uint64_t, SessionHolding> sessions_;
   absl::flat_hash_map<int64_t, uint64_t> uid_bytes_;
+  absl::flat_hash_map<ChunkIdentity, uint64_t> by_identity_;
+  std::vector<Released> dropped_;
   uint64_t next_id_ = 1;
 };
 

@@ -278,5 +278,53 @@ TEST(ChunkBooksTest, PinnedChunksStayUntilUnpinned) {
   ExpectBalanced(b);
 }
 
+// After a restart: adopted chunks are leased to their session at once,
+// count as created and against the uid, and when freed leave the books
+// (for the caller to release) instead of becoming free for anyone else.
+TEST(ChunkBooksTest, AdoptedChunksStayWithTheirSessionAndAreNeverPooled) {
+  ChunkBooks b = Books(4);
+  const uint64_t a = b.Adopt(1, 2000, 0, 11, ChunkIdentity{7, 70});
+  const uint64_t c = b.Adopt(1, 2000, 0, 12, ChunkIdentity{7, 71});
+  ExpectBalanced(b);
+  EXPECT_EQ(b.counts(0).created, 2u);
+  EXPECT_EQ(b.counts(0).leased, 2u);
+  EXPECT_EQ(b.room(0), 2u);
+  EXPECT_EQ(b.holding(1).leased_chunks, 2u);
+  EXPECT_EQ(b.uid_bytes(2000), 2 * kChunk);
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{7, 71}), c);
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{}), 0u);
+  EXPECT_TRUE(b.CheckLeasedTo(1, {a, c}).ok());
+  EXPECT_FALSE(b.CheckLeasedTo(2, {a}).ok());
+  EXPECT_EQ(b.Free(2, a), 0u);  // not another session's to free
+  EXPECT_EQ(b.Free(1, a), kChunk);
+  ExpectBalanced(b);
+  EXPECT_EQ(b.counts(0).free, 0u);  // dropped, not pooled
+  EXPECT_EQ(b.counts(0).created, 1u);
+  std::vector<ChunkBooks::Released> gone = b.TakeDropped();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].handle, 11u);
+  EXPECT_FALSE(gone[0].held_data);  // never zeroed under its client
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{7, 70}), 0u);
+  EXPECT_EQ(b.FreeAll(1), kChunk);
+  EXPECT_EQ(b.TakeDropped().size(), 1u);
+  EXPECT_TRUE(b.TakeDropped().empty());
+  EXPECT_EQ(b.counts(0).created, 0u);
+  EXPECT_EQ(b.uid_bytes(2000), 0u);
+  // A lease afterwards gets only chunks the daemon made.
+  ChunkBooks::Reservation r = b.Reserve(9, 2, 3000, 0, 2);
+  EXPECT_EQ(r.to_create, 2u);
+}
+
+TEST(ChunkBooksTest, MadeChunksAreKnownByTheirMemory) {
+  ChunkBooks b = Books(4);
+  const uint64_t id = b.AddFree(0, 1, UniqueFd(), ChunkIdentity{3, 30});
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{3, 30}), id);
+  EXPECT_EQ(b.TakeFreeForTrim(0, 0).size(), 1u);
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{3, 30}), 0u);
+  b.Adopt(1, 5, 0, 2, ChunkIdentity{3, 31});
+  EXPECT_EQ(b.TakeAll().size(), 1u);
+  EXPECT_EQ(b.HeldAs(ChunkIdentity{3, 31}), 0u);
+}
+
 }  // namespace
 }  // namespace gmlake

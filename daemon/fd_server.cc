@@ -276,7 +276,7 @@ FdServer::Served FdServer::ServeSome(Conn* c, std::string* why) {
       *why = absl::StrCat("unreadable message: ", msg.status().message());
       return Served::kClose;
     }
-    if (!Serve(c, *msg, why)) return Served::kClose;
+    if (!Serve(c, &*msg, why)) return Served::kClose;
   }
   return Served::kMore;
 }
@@ -300,18 +300,19 @@ bool FdServer::ReplyStatus(Conn* c, const absl::Status& status,
   return Reply(c, reply, why);
 }
 
-bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
-  if (!msg.fds.empty()) {
+bool FdServer::Serve(Conn* c, ReceivedMessage* msg, std::string* why) {
+  v1::FdRequest req;
+  const bool parsed = req.ParseFromString(msg->payload);
+  if (!msg->fds.empty() && !(parsed && req.has_adopt())) {
     // They are closed with `msg`; the stream is still in step.
     return ReplyStatus(c,
                        absl::InvalidArgumentError(absl::StrFormat(
-                           "gmlaked takes no descriptors; the %d sent were "
-                           "closed",
-                           msg.fds.size())),
+                           "gmlaked takes descriptors only with an adopt "
+                           "request; the %d sent were closed",
+                           msg->fds.size())),
                        why);
   }
-  v1::FdRequest req;
-  if (!req.ParseFromString(msg.payload)) {
+  if (!parsed) {
     const bool bound = c->session != 0;
     bool ok = ReplyStatus(
         c,
@@ -349,12 +350,43 @@ bool FdServer::Serve(Conn* c, const ReceivedMessage& msg, std::string* why) {
       c->claim->ids = *std::move(ids);
       return Pump(c, why);
     }
+    case v1::FdRequest::kAdopt:
+      return ServeAdopt(c, req, std::move(msg->fds), why);
     default:
       return ReplyStatus(c,
                          absl::InvalidArgumentError(
                              "an FdRequest with neither bind nor claim"),
                          why);
   }
+}
+
+bool FdServer::ServeAdopt(Conn* c, const v1::FdRequest& req,
+                          std::vector<UniqueFd> fds, std::string* why) {
+  if (c->session == 0) {
+    return ReplyStatus(c,
+                       absl::FailedPreconditionError(
+                           "bind a session on this connection before "
+                           "adopting chunks"),
+                       why);
+  }
+  if (req.session_id() != c->session) {
+    return ReplyStatus(c,
+                       absl::PermissionDeniedError(absl::StrFormat(
+                           "this connection is bound to session %d, not %d",
+                           c->session, req.session_id())),
+                       why);
+  }
+  const std::vector<uint64_t> previous(req.adopt().previous_chunk_ids().begin(),
+                                       req.adopt().previous_chunk_ids().end());
+  // The descriptors close when this returns: what was adopted the daemon
+  // imported and holds.
+  absl::StatusOr<std::vector<uint64_t>> ids = lake_->Adopt(
+      req.session_id(), req.token(), req.adopt().device(), previous, fds);
+  if (!ids.ok()) return ReplyStatus(c, ids.status(), why);
+  v1::FdReply reply;
+  for (uint64_t id : *ids) reply.add_chunk_ids(id);
+  reply.set_last(true);
+  return Reply(c, reply, why);
 }
 
 bool FdServer::ServeBind(Conn* c, const v1::FdRequest& req, std::string* why) {

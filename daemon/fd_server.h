@@ -4,6 +4,10 @@
 // serves every connection; each message is an FdRequest framed by
 // common/fd_passing.h, each answer an FdReply (with descriptors for claims).
 //
+// After a restart, a client shows the chunks it still holds with an adopt
+// request: their descriptors ride on it (the only request that may carry
+// any), and the Lake adopts them into its session (daemon/adopt_policy.h).
+//
 // A connection is anonymous until it binds a session: the daemon reads the
 // peer's pid/uid/gid with SO_PEERCRED, the Lake checks them against the
 // session, and from then on the connection belongs to the session and lives
@@ -18,8 +22,8 @@
 // send_timeout in all is dropped, one with max_queued_reply_bytes queued or
 // a claim being sent is not read from (so a client that does not read
 // cannot make the daemon buffer without bound), and a claim's descriptors
-// are made batch by batch as the queue drains. Each wakeup serves at most a few requests per
-// connection, so one busy client delays the others by little, and
+// are made batch by batch as the queue drains. Each wakeup serves at most a few
+// requests per connection, so one busy client delays the others by little, and
 // housekeeping runs on time. Garbage, oversized messages, descriptors sent
 // to the daemon, partial messages that stall, unbound connections that
 // linger or keep sending binds that are refused are answered with an error
@@ -129,8 +133,12 @@ class FdServer {
   // Serves up to requests_per_wakeup complete requests queued on `c`.
   Served ServeSome(Conn* c, std::string* why);
   // Serves one request; false to close the connection.
-  bool Serve(Conn* c, const ReceivedMessage& msg, std::string* why);
+  bool Serve(Conn* c, ReceivedMessage* msg, std::string* why);
   bool ServeBind(Conn* c, const v1::FdRequest& req, std::string* why);
+  // Adopts the chunks behind `fds` into the connection's session (after a
+  // restart: Lake::Adopt); the reply carries their new ids.
+  bool ServeAdopt(Conn* c, const v1::FdRequest& req, std::vector<UniqueFd> fds,
+                  std::string* why);
   // Queues a reply and sends what the socket takes; false to close.
   bool Reply(Conn* c, const v1::FdReply& reply, std::string* why);
   bool ReplyStatus(Conn* c, const absl::Status& status, std::string* why);

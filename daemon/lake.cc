@@ -132,7 +132,8 @@ absl::Status Lake::Precreate() {
     {
       MutexLock lock(&mu_);
       for (ChunkBooks::MadeChunk& m : made) {
-        books_.AddFree(static_cast<int>(i), m.handle, std::move(m.fd));
+        books_.AddFree(static_cast<int>(i), m.handle, std::move(m.fd),
+                       m.identity);
       }
     }
     if (!s.ok()) {
@@ -180,6 +181,7 @@ void Lake::Shutdown() {
     freed_.SignalAll();
   }
   after.Run();
+  ReleaseDropped();
 }
 
 // --- Sessions ----------------------------------------------------------------
@@ -242,6 +244,7 @@ absl::Status Lake::BindSession(uint64_t session, absl::string_view token,
     bound = BindSessionLocked(session, token, peer, std::move(on_end), &after);
   }
   after.Run();
+  ReleaseDropped();
   return bound;
 }
 
@@ -292,6 +295,7 @@ void Lake::WatcherGone(uint64_t session, const PressureSink* sink) {
                      &after);
   }
   after.Run();
+  ReleaseDropped();
 }
 
 absl::Status Lake::ReportUsage(uint64_t session, absl::string_view token,
@@ -330,6 +334,7 @@ absl::StatusOr<uint64_t> Lake::CloseSession(uint64_t session,
                              &after);
   }
   after.Run();
+  ReleaseDropped();
   return bytes;
 }
 
@@ -341,6 +346,7 @@ uint64_t Lake::EndSession(uint64_t session, absl::string_view reason) {
     bytes = EndSessionLocked(session, reason, EndKind::kOther, &after);
   }
   after.Run();
+  ReleaseDropped();
   return bytes;
 }
 
@@ -430,6 +436,7 @@ int Lake::CheckLiveness() {
     }
   }
   after.Run();
+  ReleaseDropped();
   return ended;
 }
 

@@ -51,6 +51,7 @@
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 #include "daemon/chunk_books.h"
+#include "daemon/chunk_identity.h"
 #include "daemon/fd_usage.h"
 #include "daemon/histogram.h"
 #include "daemon/release_policy.h"
@@ -233,6 +234,22 @@ class Lake {
   absl::StatusOr<uint64_t> Return(uint64_t session, absl::string_view token,
                                   absl::Span<const uint64_t> chunk_ids);
 
+  // --- After a restart (adopt_policy.h, lake_adopt.cc) -----------------------
+
+  // Adopts into `session` (bound, with `token`) the chunks its process still
+  // holds from the daemon before this one, shown by `fds`, one descriptor
+  // per chunk of `device` (`previous_ids`: their ids then, for the log).
+  // Each descriptor is imported; the chunks are leased to the session at
+  // once, counted against capacity and quotas, and dropped (never pooled)
+  // when the session returns them or ends. All or nothing. Returns the
+  // chunks' ids, in the order of `fds`. InvalidArgument for a claim without
+  // descriptors or with one that is no chunk of the device's size,
+  // AlreadyExists for memory the daemon holds already, ResourceExhausted
+  // past capacity or a quota.
+  absl::StatusOr<std::vector<uint64_t>> Adopt(
+      uint64_t session, absl::string_view token, int device,
+      absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds);
+
   // --- Operators -------------------------------------------------------------
 
   // Releases free chunks to the driver: up to `bytes` (0: all) on `device`
@@ -301,6 +318,11 @@ class Lake {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Leases (lake_lease.cc) ---
+  // Return's books part; Return then releases adopted chunks among them.
+  absl::StatusOr<uint64_t> ReturnChunks(uint64_t session,
+                                        absl::string_view token,
+                                        absl::Span<const uint64_t> chunk_ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One step of a lease's admission: checks the session, device and quotas,
   // then reserves the chunks (true: `r` is filled), or queues pressure
   // requests in `after` (false: run them without the lock and call again),
@@ -363,6 +385,16 @@ class Lake {
   // get the same memory again from a later create, which it treats as
   // fresh.
   void ReleaseToDriver(std::vector<ChunkBooks::Released> gone);
+  // Releases the adopted chunks that their sessions let go (never zeroed:
+  // their clients may still map them). Called after anything that may end
+  // a session or take chunks back; CheckLiveness catches the rest.
+  void ReleaseDropped() ABSL_LOCKS_EXCLUDED(mu_);
+  // Imports the descriptors of an adoption (without the lock); on failure
+  // releases what it imported.
+  absl::Status ImportAdopted(int device, absl::Span<const UniqueFd> fds,
+                             std::vector<ChunkHandle>* handles,
+                             std::vector<ChunkIdentity>* identities);
+  void ReleaseHandles(absl::Span<const ChunkHandle> handles);
   // Zeroes chunks through a scratch mapping.
   absl::Status Scrub(int device, absl::Span<const ChunkHandle> handles);
   // Creates and exports `n` chunks on `device`.
@@ -396,6 +428,7 @@ class Lake {
   uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   Histogram pressure_wait_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
 };
 

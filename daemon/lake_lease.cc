@@ -423,6 +423,14 @@ absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
 
 absl::StatusOr<uint64_t> Lake::Return(uint64_t session, absl::string_view token,
                                       absl::Span<const uint64_t> chunk_ids) {
+  absl::StatusOr<uint64_t> bytes = ReturnChunks(session, token, chunk_ids);
+  ReleaseDropped();  // adopted chunks among them
+  return bytes;
+}
+
+absl::StatusOr<uint64_t> Lake::ReturnChunks(
+    uint64_t session, absl::string_view token,
+    absl::Span<const uint64_t> chunk_ids) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> found = sessions_.Find(session, token);
   if (!found.ok()) return found.status();
@@ -476,10 +484,11 @@ absl::Status Lake::CreateChunks(int device, uint64_t n,
       backend_->ReleaseChunk(*h).IgnoreError();
       return fd.status();
     }
+    const ChunkIdentity identity = IdentifyDescriptor(fd->get());
     // With export on demand this first export (the costly one on a GPU)
     // only proves the chunk can be shared, and is closed here.
     if (options_.export_on_demand) fd->Reset();
-    out->push_back({*h, *std::move(fd)});
+    out->push_back({*h, *std::move(fd), identity});
   }
   return absl::OkStatus();
 }

@@ -152,6 +152,19 @@ class UnitFileTest(unittest.TestCase):
     self.assertEqual(one(self.unit, "Service", "StandardError"), "journal")
     self.assertEqual(one(self.unit, "Service", "KillSignal"), "SIGTERM")
 
+  def test_a_crash_restarts_it_in_the_same_socket_directory(self):
+    # Jobs outlive a restart: their clients reconnect to the same socket
+    # paths and show the new gmlaked what they hold (docs/daemon.md,
+    # "Restarts"); //tests/integration:daemon_restart_test kills and starts
+    # a real gmlaked under them as systemd does.
+    self.assertIn(one(self.unit, "Service", "Restart"),
+                  ("on-failure", "always"))
+    self.assertTrue(one(self.unit, "Service", "RestartSec"))
+    # Without it systemd removes /run/gmlake between the two, and a
+    # container that mounted it would never see the new sockets.
+    self.assertEqual(one(self.unit, "Service", "RuntimeDirectoryPreserve"),
+                     "restart")
+
   def test_hardening_keeps_the_gpu_and_nothing_else(self):
     s = self.unit["Service"]
     self.assertEqual(one(self.unit, "Service", "DevicePolicy"), "closed")

@@ -397,7 +397,8 @@ TEST_F(Adversarial, DescriptorsSentToTheDaemonAreClosed) {
       Exchange(r->fd.get(), req, {write_end.get(), write_end.get()});
   ASSERT_OK(reply);
   EXPECT_THAT(reply->message(),
-              HasSubstr("takes no descriptors; the 2 sent were closed"));
+              HasSubstr("takes descriptors only with an adopt request; the 2 "
+                        "sent were closed"));
   // Once ours is closed too, the pipe has no writer left: EOF.
   write_end.Reset();
   pollfd p{read_end.get(), POLLIN, 0};

@@ -164,37 +164,55 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   for (const std::string& f : flags) {
     if (f.rfind("--flagfile=", 0) != 0) argv.push_back(f);
   }
-  absl::StatusOr<pid_t> pid = Spawn(argv, -1, -1, d->log_);
+  d->argv_ = std::move(argv);
+  if (absl::Status s = d->Launch(); !s.ok()) return s;
+  return d;
+}
+
+absl::Status Daemon::Restart() {
+  if (pid_ > 0) return absl::FailedPreconditionError("gmlaked still runs");
+  return Launch();
+}
+
+absl::Status Daemon::Launch() {
+  absl::StatusOr<pid_t> pid = Spawn(argv_, -1, -1, log_);
   if (!pid.ok()) return pid.status();
-  d->pid_ = *pid;
-  // Wait for the gRPC socket, then for an answer.
+  pid_ = *pid;
+  // Wait for the gRPC socket (a killed daemon leaves its file behind: wait
+  // for the answer), then for an answer.
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (::access(d->socket_.c_str(), F_OK) != 0) {
+  while (::access(socket_.c_str(), F_OK) != 0) {
     int status;
-    if (::waitpid(d->pid_, &status, WNOHANG) == d->pid_) {
-      d->pid_ = -1;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
       return absl::FailedPreconditionError(
-          absl::StrCat("gmlaked exited at start: ", d->Log()));
+          absl::StrCat("gmlaked exited at start: ", Log()));
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("gmlaked did not create its socket: ", d->Log()));
+          absl::StrCat("gmlaked did not create its socket: ", Log()));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  d->channel_ = grpc::CreateChannel("unix:" + d->socket_,
-                                    grpc::InsecureChannelCredentials());
-  d->stub_ = v1::Lake::NewStub(d->channel_);
+  channel_ = grpc::CreateChannel("unix:" + socket_,
+                                 grpc::InsecureChannelCredentials());
+  stub_ = v1::Lake::NewStub(channel_);
   for (;;) {
-    absl::StatusOr<v1::StatusResponse> st = d->Status();
+    absl::StatusOr<v1::StatusResponse> st = Status();
     if (st.ok()) break;
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return absl::FailedPreconditionError(
+          absl::StrCat("gmlaked exited at start: ", Log()));
+    }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "gmlaked does not answer: ", st.status().ToString(), "\n", d->Log()));
+          "gmlaked does not answer: ", st.status().ToString(), "\n", Log()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return d;
+  return absl::OkStatus();
 }
 
 Daemon::~Daemon() {

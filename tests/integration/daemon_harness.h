@@ -60,10 +60,16 @@ class Daemon {
   std::string Log() const;
   // Sends `sig` and waits for the exit; returns the exit code (or 128+sig).
   absl::StatusOr<int> Stop(int sig, absl::Duration timeout);
+  // After Stop: starts gmlaked again with the same flags on the same
+  // sockets (as systemd's Restart= does), and waits until it answers.
+  absl::Status Restart();
   bool running() const { return pid_ > 0; }
 
  private:
   Daemon() = default;
+  // Spawns argv_ and waits for an answer.
+  absl::Status Launch();
+  std::vector<std::string> argv_;
   pid_t pid_ = -1;
   std::string dir_, socket_, fd_socket_, log_;
   std::shared_ptr<grpc::Channel> channel_;

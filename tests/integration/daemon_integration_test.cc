@@ -360,7 +360,9 @@ TEST(DaemonIntegration, NoDaemonIsNotFound) {
 TEST(DaemonIntegration, SigtermShutsDownCleanlyAndClientsKeepWhatTheyHold) {
   std::unique_ptr<Daemon> d = StartDaemon({"--capacity=16MiB"});
   ASSERT_NE(d, nullptr);
-  std::unique_ptr<ClientProcess> c = StartClient(d.get());
+  // An acquire waits this long for gmlaked to be back (30 s by default).
+  std::unique_ptr<ClientProcess> c =
+      StartClient(d.get(), {"--reconnect_wait=1s"});
   ASSERT_OK(c->Command("acquire 0 4"));
   ASSERT_OK(c->Command("fill 0 119"));
   absl::StatusOr<int> code = d->Stop(SIGTERM, kPatience);
@@ -387,6 +389,7 @@ TEST(DaemonIntegration, SigtermShutsDownCleanlyAndClientsKeepWhatTheyHold) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(r.status().message(), HasSubstr("is gone"));
   EXPECT_THAT(r.status().message(), HasSubstr("keeps the 4 chunks"));
+  EXPECT_THAT(r.status().message(), HasSubstr("until gmlaked is back"));
   ASSERT_OK(c->Command("return 0 4"));
   absl::StatusOr<int> exit = c->Quit();
   ASSERT_OK(exit);

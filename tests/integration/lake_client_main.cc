@@ -57,6 +57,8 @@ ABSL_FLAG(int, uid, -1, "Drop to this uid (and gid) before connecting.");
 ABSL_FLAG(uint64_t, idle_watermark, 0, "Idle watermark in bytes.");
 ABSL_FLAG(uint32_t, protocol_version, 0, "Protocol version to speak.");
 ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
+ABSL_FLAG(absl::Duration, reconnect_wait, absl::Seconds(30),
+          "How long an acquire waits for a gmlaked that is gone to be back.");
 ABSL_FLAG(bool, allocator, false,
           "Run an Allocator over the source (malloc, free, usage).");
 
@@ -232,6 +234,7 @@ int Main() {
   o.name = absl::GetFlag(FLAGS_name);
   o.idle_watermark_bytes = absl::GetFlag(FLAGS_idle_watermark);
   o.protocol_version = absl::GetFlag(FLAGS_protocol_version);
+  o.reconnect_wait = absl::GetFlag(FLAGS_reconnect_wait);
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
   if (!src.ok()) {

@@ -1,0 +1,270 @@
+// Copyright 2026 The GMLake Authors.
+//
+// DaemonChunkSource after gmlaked restarted: reconnecting by itself, showing
+// the new daemon the chunks this process still holds (re-adoption), and
+// leases that wait for the daemon to come back. See
+// daemon/adopt_policy.h for what the daemon does with the chunks.
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/daemon_chunk_source.h"
+#include "client/daemon_link.h"
+#include "common/bytes.h"
+#include "common/fd_passing.h"
+#include "common/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/gmlake.grpc.pb.h"
+#include "proto/protocol.h"
+
+namespace gmlake {
+
+namespace {
+
+// An adopt reply is small (ids only); a batch of 253 is ~2.6 KiB.
+constexpr size_t kMaxAdoptReplyBytes = 64 * 1024;
+// The longest pause between two attempts to reconnect.
+constexpr absl::Duration kMaxReconnectBackoff = absl::Seconds(1);
+// How often "not back yet" is said.
+constexpr absl::Duration kReconnectLogEvery = absl::Seconds(10);
+
+}  // namespace
+
+absl::Status DaemonChunkSource::WaitForLink(absl::Time deadline) {
+  MutexLock l(&mu_);
+  while (!lost_.ok() && !closing_ &&
+         options_.reconnect_interval > absl::ZeroDuration()) {
+    if (link_changed_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return lost_;
+}
+
+absl::Status DaemonChunkSource::LeaseWhenLinked(
+    int device, size_t count,
+    std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch) {
+  const absl::Time deadline = absl::Now() + options_.reconnect_wait;
+  for (;;) {
+    if (absl::Status s = WaitForLink(deadline); !s.ok()) return s;
+    absl::Status s = LeaseAndImport(device, count, out, epoch);
+    // Unavailable: gmlaked went away during the lease; lease again from the
+    // restarted one.
+    if (s.ok() || s.code() != absl::StatusCode::kUnavailable ||
+        options_.reconnect_interval <= absl::ZeroDuration() ||
+        absl::Now() >= deadline) {
+      return s;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+absl::Status DaemonChunkSource::CheckSameDevices(
+    const std::vector<const v1::DeviceInfo*>& served) {
+  MutexLock l(&mu_);
+  std::vector<int> renumbered(devices_.size(), -1);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const DeviceState& d = devices_[i];
+    if (d.daemon_device < 0) continue;
+    const v1::DeviceInfo* same = nullptr;
+    for (const v1::DeviceInfo* info : served) {
+      if (d.uuid.empty() || info->uuid().empty()
+              ? info->device() == d.daemon_device
+              : info->uuid() == d.uuid) {
+        same = info;
+      }
+    }
+    if (same == nullptr || same->chunk_size() != d.chunk_size) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "gmlaked at %s came back %s device %d (%s) with %s chunks: this "
+          "process's chunks of it cannot be shown to it; restart gmlaked "
+          "with the flags it had (--chunk_size, devices)",
+          options_.socket_path, same == nullptr ? "without" : "serving",
+          static_cast<int>(i), d.uuid,
+          same == nullptr ? "its" : FormatBytes(same->chunk_size())));
+    }
+    renumbered[i] = same->device();
+  }
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (renumbered[i] >= 0) devices_[i].daemon_device = renumbered[i];
+  }
+  return absl::OkStatus();
+}
+
+void DaemonChunkSource::RelinkLoop() {
+  absl::Duration backoff = options_.reconnect_interval;
+  absl::Time last_said = absl::InfinitePast();
+  for (;;) {
+    {
+      MutexLock l(&mu_);
+      while (!closing_ && lost_.ok()) link_changed_.Wait(&mu_);
+      if (closing_) return;
+      link_changed_.WaitWithTimeout(&mu_, backoff);
+      if (closing_) return;
+    }
+    const absl::Status s = Relink();
+    if (s.ok()) {
+      backoff = options_.reconnect_interval;
+      continue;
+    }
+    backoff = std::min(backoff * 2, kMaxReconnectBackoff);
+    if (absl::Now() - last_said >= kReconnectLogEvery) {
+      last_said = absl::Now();
+      std::fprintf(
+          stderr, "gmlake: gmlaked at %s is not back yet (%s); retrying\n",
+          options_.socket_path.c_str(), std::string(s.message()).c_str());
+    }
+  }
+}
+
+absl::Status DaemonChunkSource::Relink() {
+  absl::StatusOr<std::shared_ptr<Rpc>> link =
+      NewLink(std::min(options_.connect_timeout, absl::Seconds(1)));
+  if (!link.ok()) return link.status();
+  if (absl::Status s = Open(link->get(), /*first=*/false); !s.ok()) return s;
+  absl::StatusOr<UniqueFd> sock = Bind(**link);
+  if (!sock.ok()) return sock.status();
+  absl::flat_hash_map<ChunkHandle, uint64_t> renamed;
+  if (absl::Status s = Readopt(**link, sock->get(), &renamed); !s.ok()) {
+    return s;
+  }
+  // The old Watch stream is over, or ends now.
+  if (const std::shared_ptr<Rpc> old = this->link(); old != nullptr) {
+    old->watch_ctx.TryCancel();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+  if (absl::Status s = StartWatch(*link); !s.ok()) return s;
+  {
+    MutexLock l(&fd_mu_);
+    fd_sock_ = *std::move(sock);
+  }
+  std::vector<uint64_t> let_go;
+  size_t kept = 0;
+  {
+    MutexLock l(&mu_);
+    let_go = RenameLocked(renamed);
+    for (const DeviceState& d : devices_) kept += d.held.size() + d.idle.size();
+    (*link)->epoch = ++epoch_;
+    rpc_ = *link;
+    session_id_ = (*link)->session;
+    lost_ = absl::OkStatus();
+    link_changed_.SignalAll();
+  }
+  if (!let_go.empty()) {
+    // Given back while they were being shown: the new daemon has them.
+    v1::ReturnRequest req;
+    req.set_session_id((*link)->session);
+    req.set_token((*link)->token);
+    for (uint64_t id : let_go) req.add_chunk_ids(id);
+    v1::ReturnResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    (*link)->stub->Return(&ctx, req, &resp);
+  }
+  reconnections_.fetch_add(1);
+  chunks_readopted_.fetch_add(renamed.size() - let_go.size());
+  std::fprintf(stderr,
+               "gmlake: reconnected to gmlaked at %s after it restarted: "
+               "session %llu; it adopted %zu of the %zu chunks this process "
+               "holds\n",
+               options_.socket_path.c_str(),
+               static_cast<unsigned long long>((*link)->session),
+               renamed.size() - let_go.size(), kept);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::Readopt(
+    const Rpc& link, int sock,
+    absl::flat_hash_map<ChunkHandle, uint64_t>* renamed) {
+  size_t devices;
+  {
+    MutexLock l(&mu_);
+    devices = devices_.size();
+  }
+  for (size_t dev = 0; dev < devices; ++dev) {
+    std::vector<std::pair<ChunkHandle, uint64_t>> shown;
+    std::vector<UniqueFd> fds;
+    int daemon_device;
+    {
+      // Exported under the lock, so that no chunk is released meanwhile.
+      MutexLock l(&mu_);
+      DeviceState& d = devices_[dev];
+      daemon_device = d.daemon_device;
+      if (daemon_device < 0) continue;
+      std::vector<std::pair<ChunkHandle, uint64_t>> all(d.held.begin(),
+                                                        d.held.end());
+      all.insert(all.end(), d.idle.begin(), d.idle.end());
+      for (const auto& [h, id] : all) {
+        absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
+        if (!fd.ok()) continue;  // kept, uncounted
+        shown.push_back({h, id});
+        fds.push_back(*std::move(fd));
+      }
+    }
+    for (size_t at = 0; at < shown.size(); at += kMaxFdsPerGroup) {
+      const size_t n = std::min(kMaxFdsPerGroup, shown.size() - at);
+      v1::FdRequest req;
+      req.set_session_id(link.session);
+      req.set_token(link.token);
+      req.mutable_adopt()->set_device(daemon_device);
+      std::vector<int> raw;
+      for (size_t i = at; i < at + n; ++i) {
+        req.mutable_adopt()->add_previous_chunk_ids(shown[i].second);
+        raw.push_back(fds[i].get());
+      }
+      if (absl::Status s = SendFds(sock, req.SerializeAsString(), raw);
+          !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<ReceivedMessage> msg =
+          RecvFds(sock, kMaxAdoptReplyBytes, 0);
+      if (!msg.ok()) return msg.status();
+      v1::FdReply reply;
+      if (!reply.ParseFromString(msg->payload)) {
+        return absl::DataLossError(
+            "gmlaked's fd socket sent something that is not an FdReply");
+      }
+      if (reply.code() != 0) {
+        std::fprintf(stderr,
+                     "gmlake: gmlaked refused to adopt %zu chunks of device "
+                     "%zu: %s; this process keeps them, uncounted\n",
+                     n, dev, reply.message().c_str());
+        continue;
+      }
+      if (static_cast<size_t>(reply.chunk_ids_size()) != n) {
+        return absl::DataLossError(
+            absl::StrFormat("gmlaked adopted %d chunks of %d shown",
+                            reply.chunk_ids_size(), n));
+      }
+      for (size_t i = 0; i < n; ++i) {
+        (*renamed)[shown[at + i].first] = reply.chunk_ids(i);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> DaemonChunkSource::RenameLocked(
+    const absl::flat_hash_map<ChunkHandle, uint64_t>& renamed) {
+  absl::flat_hash_map<ChunkHandle, uint64_t> unused = renamed;
+  auto rename = [&](ChunkHandle h, uint64_t* id) {
+    auto it = unused.find(h);
+    if (it == unused.end()) {
+      *id = 0;  // not adopted: kept, uncounted, released here alone
+      return;
+    }
+    *id = it->second;
+    unused.erase(it);
+  };
+  for (DeviceState& d : devices_) {
+    for (auto& [h, id] : d.held) rename(h, &id);
+    for (auto& [h, id] : d.idle) rename(h, &id);
+  }
+  std::vector<uint64_t> let_go;
+  for (const auto& [h, id] : unused) let_go.push_back(id);
+  return let_go;
+}
+
+}  // namespace gmlake

@@ -1,0 +1,133 @@
+// Copyright 2026 The GMLake Authors.
+//
+// The Lake after a restart: adopting the chunks that clients still hold
+// from the daemon before (the policy is daemon/adopt_policy.h), and
+// releasing them when their sessions let go.
+
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/bytes.h"
+#include "common/mutex.h"
+#include "daemon/adopt_policy.h"
+#include "daemon/lake.h"
+#include "daemon/log.h"
+
+namespace gmlake {
+
+absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
+    uint64_t session, absl::string_view token, int device,
+    absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds) {
+  if (absl::Status s =
+          CheckAdoptionClaim({device, fds.size(), previous_ids.size()},
+                             static_cast<int>(options_.devices.size()));
+      !s.ok()) {
+    return s;
+  }
+  {
+    MutexLock lock(&mu_);
+    absl::StatusOr<Session*> found = sessions_.Find(session, token);
+    if (!found.ok()) return found.status();
+    if (!(*found)->bound) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "session %d is not bound: bind it on the fd socket before adopting "
+          "chunks",
+          session));
+    }
+  }
+  // Imported without the lock: the backend checks each is a chunk of the
+  // device's size (a sealed memfd of that size on the host backend).
+  std::vector<ChunkHandle> handles;
+  std::vector<ChunkIdentity> identities;
+  if (absl::Status s = ImportAdopted(device, fds, &handles, &identities);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<uint64_t> ids;
+  absl::Status refused;
+  {
+    MutexLock lock(&mu_);
+    const Session* s = sessions_.Live(session);
+    if (s == nullptr || shutting_down_) {
+      refused = absl::AbortedError(absl::StrFormat(
+          "session %d ended while its chunks were being adopted", session));
+    } else {
+      AdoptionRoom room;
+      room.chunk_size = books_.chunk_size(device);
+      room.room_chunks = books_.room(device);
+      const ChunkBooks::Holding h = books_.holding(session);
+      room.session_bytes = h.leased_bytes + h.in_flight_bytes;
+      room.session_quota = options_.session_quota_bytes;
+      room.uid = s->peer.uid;
+      room.uid_bytes = books_.uid_bytes(s->peer.uid);
+      room.uid_quota = options_.uid_quota_bytes;
+      refused = CheckAdoptionFits(
+          device, identities, room,
+          [this](const ChunkIdentity& id)
+              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return books_.HeldAs(id); });
+      if (refused.ok()) {
+        for (size_t i = 0; i < handles.size(); ++i) {
+          ids.push_back(books_.Adopt(session, s->peer.uid, device, handles[i],
+                                     identities[i]));
+        }
+        adopted_chunks_ += ids.size();
+        Logf(
+            "%s: adopted %d chunks (%s) on device %d that its process held "
+            "from the gmlaked before",
+            s->Label(), ids.size(),
+            FormatBytes(ids.size() * books_.chunk_size(device)), device);
+      }
+    }
+  }
+  if (!refused.ok()) {
+    ReleaseHandles(handles);
+    Warnf("session %d: adoption of %d chunks on device %d refused: %s", session,
+          fds.size(), device, refused.message());
+    return refused;
+  }
+  return ids;
+}
+
+absl::Status Lake::ImportAdopted(int device, absl::Span<const UniqueFd> fds,
+                                 std::vector<ChunkHandle>* handles,
+                                 std::vector<ChunkIdentity>* identities) {
+  const size_t size = options_.devices[device].chunk_size;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    absl::StatusOr<ChunkHandle> h =
+        backend_->ImportChunk(fds[i].get(), device, size);
+    if (!h.ok()) {
+      ReleaseHandles(*handles);
+      handles->clear();
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "descriptor %d of the adopt request is not a chunk of %s on device "
+          "%d: %s; nothing was adopted",
+          i, FormatBytes(size), device, h.status().message()));
+    }
+    handles->push_back(*h);
+    identities->push_back(IdentifyDescriptor(fds[i].get()));
+  }
+  return absl::OkStatus();
+}
+
+void Lake::ReleaseHandles(absl::Span<const ChunkHandle> handles) {
+  for (ChunkHandle h : handles) {
+    absl::Status s = backend_->ReleaseChunk(h);
+    if (!s.ok()) Warnf("releasing an adopted chunk: %s", s.ToString());
+  }
+}
+
+void Lake::ReleaseDropped() {
+  std::vector<ChunkBooks::Released> gone;
+  {
+    MutexLock lock(&mu_);
+    gone = books_.TakeDropped();
+  }
+  if (gone.empty()) return;
+  std::vector<ChunkHandle> handles;
+  for (const ChunkBooks::Released& c : gone) handles.push_back(c.handle);
+  ReleaseHandles(handles);
+  VLogf("released %d adopted chunks that their sessions let go",
+        handles.size());
+}
+
+}  // namespace gmlake

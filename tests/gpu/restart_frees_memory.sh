@@ -1,0 +1,105 @@
+#!/bin/bash
+# Copyright 2026 The GMLake Authors.
+#
+# On the GPU machine: gmlaked (cuda backend) killed with -9 and started
+# again under two clients replaying traces, with nvidia-smi's used memory
+# at each step (docs/daemon.md, "Restarts"):
+#   1. chunks that only the dead daemon held (--precreate, free) are gone
+#      with it: used memory falls by about that much at the kill;
+#   2. the clients keep theirs, reconnect, are adopted, and finish;
+#   3. a client killed while the daemon is down frees its chunks at once.
+# Needs the bundle:
+#   tests/gpu/build_bundle.sh //daemon:gmlaked //tools:gmlakectl \
+#     //tests/integration:trace_client
+# Exit 0 when all three held; the table goes to $OUT/restart.txt.
+set -uo pipefail
+root="$(pwd)"
+OUT="${OUT:-$(mktemp -d /tmp/gmlake-gpu.XXXXXX)}"
+export LD_LIBRARY_PATH="${root}/.gpu/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+bin="${root}/.gpu/bin"
+dir="$(mktemp -d /tmp/gmlake-restart.XXXXXX)"
+sock="${dir}/gmlaked.sock"
+precreate_gib=4
+report="${OUT}/restart.txt"
+failed=0
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ -n "${daemon:-}" ] && kill -9 "$daemon" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+used_mib() {  # device 0, after the driver settles
+  sleep 2
+  nvidia-smi --id=0 --query-gpu=memory.used --format=csv,noheader,nounits | tr -d ' '
+}
+start_daemon() {  # $1: --precreate
+  "${bin}/gmlaked" --backend=cuda --capacity=16GiB --precreate="$1" \
+    --socket="$sock" --fd_socket="${dir}/fd.sock" >>"${OUT}/gmlaked.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 600); do
+    "${bin}/gmlakectl" --socket="$sock" --timeout=1s health >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "gmlaked did not start; see ${OUT}/gmlaked.log"; exit 1
+}
+start_client() {  # $1: trace, $2: output file
+  "${bin}/trace_client" --socket="$sock" --trace="traces/$1.trace.gz" \
+    --loops=3 --end=0.5 --event_sleep_us=1500 --progress_every=10000 \
+    >"$2" 2>&1 &
+  pids+=($!)
+}
+wait_for() {  # $1: file, $2: text
+  for _ in $(seq 1200); do grep -q "$2" "$1" && return 0; sleep 0.1; done
+  echo "no '$2' in $1:"; cat "$1"; return 1
+}
+say() { echo "$*" | tee -a "$report"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$report"
+base=$(used_mib)
+start_daemon "${precreate_gib}GiB"
+start_client llama1b_lora_ckpt "${OUT}/client_a.txt"
+start_client llama1b_infer "${OUT}/client_b.txt"
+wait_for "${OUT}/client_a.txt" "ok progress" && wait_for "${OUT}/client_b.txt" "ok progress" || exit 1
+"${bin}/gmlakectl" --socket="$sock" status | tee -a "$report"
+before=$(used_mib)
+kill -9 "$daemon"; wait "$daemon" 2>/dev/null
+after_kill=$(used_mib)
+start_daemon 0
+wait_for "${OUT}/client_a.txt" "reconnected" && wait_for "${OUT}/client_b.txt" "reconnected" || failed=1
+after_restart=$(used_mib)
+"${bin}/gmlakectl" --socket="$sock" status | tee -a "$report"
+wait_for "${OUT}/client_a.txt" "ok done" || failed=1
+wait_for "${OUT}/client_b.txt" "ok done" || failed=1
+
+# 3. A client killed while the daemon is down.
+start_client llama1b_lora_ckpt "${OUT}/client_c.txt"
+wait_for "${OUT}/client_c.txt" "ok progress" || exit 1
+with_c=$(used_mib)
+kill -9 "$daemon"; wait "$daemon" 2>/dev/null
+kill -9 "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+without_c=$(used_mib)
+start_daemon 0
+
+say "used MiB: at start ${base}; two clients mid-trace ${before}; after kill -9 of gmlaked ${after_kill}; after its restart ${after_restart}"
+say "used MiB: third client mid-trace ${with_c}; after gmlaked and that client were killed ${without_c}"
+freed=$((before - after_kill))
+if [ "$freed" -lt $((precreate_gib * 1024 * 9 / 10)) ]; then
+  say "FAIL: the kill freed ${freed} MiB, not the ${precreate_gib} GiB only gmlaked held"; failed=1
+else
+  say "ok: the kill freed ${freed} MiB (the ${precreate_gib} GiB of free chunks only gmlaked held)"
+fi
+if [ "$after_restart" -gt $((after_kill + 512)) ]; then
+  say "FAIL: the restart grew used memory by $((after_restart - after_kill)) MiB (adoption must not copy)"; failed=1
+fi
+if [ "$((with_c - without_c))" -lt 256 ]; then
+  say "FAIL: killing the third client with gmlaked down freed only $((with_c - without_c)) MiB"; failed=1
+else
+  say "ok: killing the third client with gmlaked down freed $((with_c - without_c)) MiB"
+fi
+grep -h "ok done\|reconnected\|^err" "${OUT}"/client_[ab].txt | tee -a "$report"
+[ "$failed" -eq 0 ] && say "restart_frees_memory: all held" || say "restart_frees_memory: FAILED"
+exit "$failed"
