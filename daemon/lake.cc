@@ -186,8 +186,9 @@ void Lake::Shutdown() {
 
 // --- Sessions ----------------------------------------------------------------
 
-absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
-                                                absl::string_view name) {
+absl::StatusOr<SessionTicket> Lake::OpenSession(
+    pid_t claimed_pid, absl::string_view name,
+    std::optional<uid_t> opener_uid) {
   if (claimed_pid <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pid ", claimed_pid, " is not a process id"));
@@ -199,16 +200,16 @@ absl::StatusOr<SessionTicket> Lake::OpenSession(pid_t claimed_pid,
   absl::StatusOr<SessionTicket> ticket;
   {
     MutexLock lock(&mu_);
-    ticket = OpenSessionLocked(claimed_pid, name, *std::move(token), &after);
+    ticket = OpenSessionLocked(claimed_pid, name, opener_uid, *std::move(token),
+                               &after);
   }
   after.Run();
   return ticket;
 }
 
-absl::StatusOr<SessionTicket> Lake::OpenSessionLocked(pid_t claimed_pid,
-                                                      absl::string_view name,
-                                                      std::string token,
-                                                      Aftermath* after) {
+absl::StatusOr<SessionTicket> Lake::OpenSessionLocked(
+    pid_t claimed_pid, absl::string_view name, std::optional<uid_t> opener_uid,
+    std::string token, Aftermath* after) {
   if (shutting_down_) {
     return absl::UnavailableError("gmlaked is shutting down");
   }
@@ -223,9 +224,18 @@ absl::StatusOr<SessionTicket> Lake::OpenSessionLocked(pid_t claimed_pid,
                         absl::FormatDuration(now - old->opened)),
         EndKind::kOther, after);
   }
-  Session* s = sessions_.Add(claimed_pid, name, std::move(token), now);
+  Session* s =
+      sessions_.Add(claimed_pid, name, std::move(token), now, opener_uid);
   VLogf("%s opened", s->Label());
   return SessionTicket{s->id, s->token};
+}
+
+absl::Status Lake::CheckCaller(uint64_t session,
+                               std::optional<uid_t> caller_uid) const {
+  MutexLock lock(&mu_);
+  const Session* s = sessions_.Live(session);
+  return s == nullptr ? absl::OkStatus()
+                      : SessionTable::CheckCaller(*s, caller_uid);
 }
 
 absl::Status Lake::Authenticate(uint64_t session,

@@ -162,8 +162,11 @@ class Lake {
 
   // Opens an unbound session for a client that says it is `claimed_pid`.
   // ResourceExhausted past max_sessions or max_unbound_sessions.
-  absl::StatusOr<SessionTicket> OpenSession(pid_t claimed_pid,
-                                            absl::string_view name);
+  // `opener_uid`: the uid of the caller's connection, when known; only it
+  // may then bind the session and call for it (CheckCaller).
+  absl::StatusOr<SessionTicket> OpenSession(
+      pid_t claimed_pid, absl::string_view name,
+      std::optional<uid_t> opener_uid = std::nullopt);
   // Binds a session to the fd-socket connection whose peer is `peer`. From
   // then on the session is usable, its uid/gid are the peer's and
   // `on_end` (may be null) is called once when the session ends, for any
@@ -174,6 +177,10 @@ class Lake {
   absl::Status BindSession(uint64_t session, absl::string_view token,
                            const PeerIdentity& peer,
                            std::function<void()> on_end);
+  // OK unless `session` exists and belongs to another uid than
+  // `caller_uid` (nullopt: unknown): PermissionDenied saying whose it is.
+  absl::Status CheckCaller(uint64_t session,
+                           std::optional<uid_t> caller_uid) const;
   // OK if `token` is the session's; NotFound / PermissionDenied otherwise.
   absl::Status Authenticate(uint64_t session, absl::string_view token) const;
   // Routes the session's pressure requests to `sink`, replacing (and
@@ -300,10 +307,9 @@ class Lake {
   absl::Status Precreate();
 
   // --- Sessions (lake.cc) ---
-  absl::StatusOr<SessionTicket> OpenSessionLocked(pid_t claimed_pid,
-                                                  absl::string_view name,
-                                                  std::string token,
-                                                  Aftermath* after)
+  absl::StatusOr<SessionTicket> OpenSessionLocked(
+      pid_t claimed_pid, absl::string_view name,
+      std::optional<uid_t> opener_uid, std::string token, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BindSessionLocked(uint64_t session, absl::string_view token,
                                  const PeerIdentity& peer,

@@ -45,12 +45,14 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
  public:
   WatchStream(Lake* lake, uint64_t session) : lake_(lake), session_(session) {}
 
-  // Registers with the Lake and sends the hello, or finishes with the
-  // Lake's error. Returns the reactor for gRPC.
+  // Registers with the Lake and sends the hello, or finishes with
+  // `caller` (not OK: the caller may not watch this session) or the Lake's
+  // error. Returns the reactor for gRPC.
   grpc::ServerWriteReactor<v1::PressureRequest>* Start(
-      absl::string_view token) {
+      absl::string_view token, const absl::Status& caller) {
     self_ = shared_from_this();
-    absl::Status s = lake_->AttachWatcher(session_, token, self_);
+    absl::Status s =
+        caller.ok() ? lake_->AttachWatcher(session_, token, self_) : caller;
     if (!s.ok()) {
       {
         MutexLock l(&mu_);
@@ -170,15 +172,17 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::PressureRequest>,
 
 }  // namespace
 
-grpc::Status LakeService::OpenSession(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::OpenSession(grpc::ServerContext* context,
                                       const v1::OpenSessionRequest* request,
                                       v1::OpenSessionResponse* response) {
   if (request->protocol_version() != ProtocolVersion()) {
     return ToGrpc(
         VersionMismatch(request->protocol_version(), ProtocolVersion()));
   }
-  absl::StatusOr<SessionTicket> t =
-      lake_->OpenSession(request->pid(), request->name());
+  const Caller caller = CallerOf(*context);
+  absl::StatusOr<SessionTicket> t = lake_->OpenSession(
+      request->pid(), request->name(),
+      caller.has_value() ? std::optional<uid_t>(caller->uid) : std::nullopt);
   if (!t.ok()) return ToGrpc(t.status());
   response->set_session_id(t->id);
   response->set_token(t->token);
@@ -202,6 +206,9 @@ grpc::Status LakeService::OpenSession(grpc::ServerContext* /*context*/,
 grpc::Status LakeService::Lease(grpc::ServerContext* context,
                                 const v1::LeaseRequest* request,
                                 v1::LeaseResponse* response) {
+  if (absl::Status c = CheckCaller(*context, request->session_id()); !c.ok()) {
+    return ToGrpc(c);
+  }
   if (request->usage_size() > 0) {
     absl::Status s = lake_->ReportUsage(request->session_id(), request->token(),
                                         ToReports(request->usage()),
@@ -252,9 +259,12 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::Return(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::Return(grpc::ServerContext* context,
                                  const v1::ReturnRequest* request,
                                  v1::ReturnResponse* response) {
+  if (absl::Status c = CheckCaller(*context, request->session_id()); !c.ok()) {
+    return ToGrpc(c);
+  }
   std::vector<uint64_t> ids(request->chunk_ids().begin(),
                             request->chunk_ids().end());
   absl::StatusOr<uint64_t> bytes =
@@ -270,23 +280,30 @@ grpc::Status LakeService::Return(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status LakeService::ReportUsage(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::ReportUsage(grpc::ServerContext* context,
                                       const v1::ReportUsageRequest* request,
                                       v1::ReportUsageResponse* /*response*/) {
+  if (absl::Status c = CheckCaller(*context, request->session_id()); !c.ok()) {
+    return ToGrpc(c);
+  }
   return ToGrpc(lake_->ReportUsage(
       request->session_id(), request->token(), ToReports(request->usage()),
       /*answers_pressure=*/!request->unsolicited()));
 }
 
 grpc::ServerWriteReactor<v1::PressureRequest>* LakeService::Watch(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
   auto stream = std::make_shared<WatchStream>(lake_, request->session_id());
-  return stream->Start(request->token());
+  return stream->Start(request->token(),
+                       CheckCaller(*context, request->session_id()));
 }
 
-grpc::Status LakeService::CloseSession(grpc::ServerContext* /*context*/,
+grpc::Status LakeService::CloseSession(grpc::ServerContext* context,
                                        const v1::CloseSessionRequest* request,
                                        v1::CloseSessionResponse* response) {
+  if (absl::Status c = CheckCaller(*context, request->session_id()); !c.ok()) {
+    return ToGrpc(c);
+  }
   absl::StatusOr<uint64_t> bytes =
       lake_->CloseSession(request->session_id(), request->token());
   if (!bytes.ok()) return ToGrpc(bytes.status());
@@ -297,6 +314,14 @@ grpc::Status LakeService::CloseSession(grpc::ServerContext* /*context*/,
 Caller LakeService::CallerOf(const grpc::ServerContextBase& context) const {
   if (!identify_) return std::nullopt;
   return identify_(context);
+}
+
+absl::Status LakeService::CheckCaller(const grpc::ServerContextBase& context,
+                                      uint64_t session) const {
+  const Caller caller = CallerOf(context);
+  return lake_->CheckCaller(session, caller.has_value()
+                                         ? std::optional<uid_t>(caller->uid)
+                                         : std::nullopt);
 }
 
 grpc::Status LakeService::Status(grpc::ServerContext* context,

@@ -68,6 +68,10 @@ class LakeService final
 
   // Who made the call on `context`.
   Caller CallerOf(const grpc::ServerContextBase& context) const;
+  // OK unless `session` belongs to another uid than the caller's
+  // (Lake::CheckCaller).
+  absl::Status CheckCaller(const grpc::ServerContextBase& context,
+                           uint64_t session) const;
 
  private:
   Lake* const lake_;

@@ -57,8 +57,10 @@ absl::Status SessionTable::CheckOpen(absl::Time now, uint64_t* evict) const {
 }
 
 Session* SessionTable::Add(pid_t claimed_pid, absl::string_view name,
-                           std::string token, absl::Time now) {
+                           std::string token, absl::Time now,
+                           std::optional<uid_t> opener_uid) {
   auto s = std::make_unique<Session>();
+  s->opener_uid = opener_uid;
   s->id = next_id_++;
   s->token = std::move(token);
   s->claimed_pid = claimed_pid;
@@ -81,6 +83,12 @@ absl::Status SessionTable::CheckBind(const Session& s,
         "bind from the process that opened the session (clients in another "
         "pid namespace need gmlaked --nocheck_claimed_pid)",
         s.id, s.claimed_pid, peer.pid));
+  }
+  if (s.opener_uid.has_value() && peer.uid != *s.opener_uid) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "session %d was opened by uid %d but the fd-socket peer is uid %d: "
+        "bind from the process that opened the session",
+        s.id, *s.opener_uid, peer.uid));
   }
   // Ended sessions still holding chunks count: they hold the uid's memory.
   size_t of_uid = 0;
@@ -286,6 +294,19 @@ std::vector<std::pair<uint64_t, uint64_t>> SessionTable::ExpiredUnclaimed(
     }
   }
   return out;
+}
+
+absl::Status SessionTable::CheckCaller(const Session& s,
+                                       std::optional<uid_t> caller_uid) {
+  const std::optional<uid_t> owner =
+      s.bound ? std::optional<uid_t>(s.peer.uid) : s.opener_uid;
+  if (!caller_uid.has_value() || !owner.has_value() || *owner == *caller_uid) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "session %d belongs to uid %d; this call came from uid %d: a session "
+      "is used only by the uid that opened it (open a session of your own)",
+      s.id, *owner, *caller_uid));
 }
 
 }  // namespace gmlake

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,9 @@ struct Session {
   uint64_t id = 0;
   std::string token;
   pid_t claimed_pid = 0;
+  // The uid of the gRPC connection that opened it, when gmlaked could tell
+  // (SO_PEERCRED): only that uid may bind it and call for it.
+  std::optional<uid_t> opener_uid;
   std::string name;
   absl::Time opened;
   bool bound = false;
@@ -127,14 +131,22 @@ class SessionTable {
   absl::Status CheckOpen(absl::Time now, uint64_t* evict) const;
   // Adds an unbound session. `name` is cut to 128 bytes.
   Session* Add(pid_t claimed_pid, absl::string_view name, std::string token,
-               absl::Time now);
+               absl::Time now, std::optional<uid_t> opener_uid = std::nullopt);
   // Whether `s` may be bound to `peer`: FailedPrecondition when bound
   // already, PermissionDenied for a pid that is not the claimed one (with
-  // check_claimed_pid), ResourceExhausted when the uid has max_per_uid
-  // sessions (ended ones still holding chunks count).
+  // check_claimed_pid) or a uid that is not the opener's, ResourceExhausted
+  // when the uid has max_per_uid sessions (ended ones still holding chunks
+  // count).
   absl::Status CheckBind(const Session& s, const PeerIdentity& peer) const;
   // Binds `s` and starts watching its process.
   void Bind(Session* s, const PeerIdentity& peer, std::function<void()> on_end);
+
+  // Whether a call by `caller_uid` (nullopt: unknown, allowed) may act for
+  // `s`: PermissionDenied, saying whose the session is, when `s` belongs to
+  // another uid (its peer's once bound, else its opener's). A token alone
+  // does not make a session anyone's.
+  static absl::Status CheckCaller(const Session& s,
+                                  std::optional<uid_t> caller_uid);
 
   // --- Finding
   // ----------------------------------------------------------------

@@ -84,6 +84,32 @@ TEST(SessionTableTest, BindChecksPidAndUidCap) {
   EXPECT_TRUE(t.CheckBind(*third, {::getpid(), 1000, 1000}).ok());
 }
 
+// A session is its opener's uid's: another uid binds it, or calls for it,
+// with its token in vain.
+TEST(SessionTableTest, OnlyTheOpenersUidBindsAndCalls) {
+  SessionTable t(Small());
+  Session* s = t.Add(::getpid(), "s", "k", kT0, /*opener_uid=*/1000);
+  absl::Status other = t.CheckBind(*s, {::getpid(), 2000, 2000});
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("opened by uid 1000"));
+  EXPECT_TRUE(SessionTable::CheckCaller(*s, 1000).ok());
+  EXPECT_EQ(SessionTable::CheckCaller(*s, 2000).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(SessionTable::CheckCaller(*s, std::nullopt).ok());
+  ASSERT_TRUE(t.CheckBind(*s, {::getpid(), 1000, 1000}).ok());
+  t.Bind(s, {::getpid(), 1000, 1000}, nullptr);
+  absl::Status call = SessionTable::CheckCaller(*s, 2000);
+  EXPECT_EQ(call.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(call.message(),
+              HasSubstr(absl::StrCat("session ", s->id,
+                                     " belongs to uid 1000; "
+                                     "this call came from uid 2000")));
+  // Opened where gmlaked could not tell the uid: the bound peer's counts.
+  Session* unknown = OpenBound(&t, 3000);
+  EXPECT_TRUE(SessionTable::CheckCaller(*unknown, 3000).ok());
+  EXPECT_FALSE(SessionTable::CheckCaller(*unknown, 1000).ok());
+}
+
 TEST(SessionTableTest, UnboundCapEvictsOnlyTheLongWaiting) {
   SessionTable t(Small());
   uint64_t evict = 0;

@@ -87,6 +87,40 @@ std::vector<std::string> ChunkIds(const std::string& answer) {
   return std::vector<std::string>(words.begin() + 1, words.end());
 }
 
+// A session's token used to work from any uid: another uid that learned it
+// could lease, return the session's chunks or close it. Each call is now
+// tied to the uid that opened the session, and gmlaked says whose it is.
+TEST_F(Attack, AnotherUidCannotUseASessionsToken) {
+  StartDaemon({"--capacity=16MiB"});
+  ClientProcess* victim = Client(2000, "victim");
+  ClientProcess* thief = Client(2001, "thief");
+  ASSERT_NE(victim, nullptr);
+  ASSERT_NE(thief, nullptr);
+  absl::StatusOr<std::string> held = victim->Command("lease 0 2");
+  ASSERT_TRUE(held.ok()) << held.status();
+  absl::StatusOr<std::string> token = victim->Command("token");
+  ASSERT_TRUE(token.ok()) << token.status();
+  ASSERT_TRUE(thief
+                  ->Command(absl::StrCat("impersonate ", victim->session(), " ",
+                                         *token))
+                  .ok());
+  const std::string whose =
+      absl::StrCat("session ", victim->session(), " belongs to uid 2000");
+  for (const std::string& call :
+       {std::string("lease 0 1"), absl::StrCat("return ", ChunkIds(*held)[0]),
+        std::string("usage"), std::string("close")}) {
+    absl::StatusOr<std::string> r = thief->Command(call);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied)
+        << call << ": " << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr(whose)) << call;
+  }
+  // The victim's session is whole, and works for the victim.
+  EXPECT_EQ(victim->Command("count 0").status().code(), absl::StatusCode::kOk);
+  absl::StatusOr<std::string> more = victim->Command("lease 0 1");
+  EXPECT_TRUE(more.ok()) << more.status();
+  ExpectAlive();
+}
+
 // A client shrinks or grows the memfd of a chunk it holds, then returns it:
 // the daemon's zeroing of it (for another uid's lease, or before a trim)
 // used to die of SIGBUS, and a grown chunk stayed poisoned for every later

@@ -19,6 +19,10 @@
 //   count B            chunks held whose first byte is B    -> ok <n>
 //   truncate ID SIZE   ftruncate that chunk's memfd         -> ok | err
 //   close              CloseSession                         -> ok <bytes>
+//   token              this session's token                 -> ok <token>
+//   impersonate S T    later gRPC calls (lease, return, usage, close) name
+//                      session S with token T, another's    -> ok
+//   usage              ReportUsage with no figures          -> ok
 //   flood N KIND       in the background, sends N requests that are refused
 //                      (KIND bind: binds with a wrong token on a new
 //                      connection; claim: claims of an unknown lease on the
@@ -198,6 +202,23 @@ class RawClient {
         return absl::PermissionDeniedError(
             absl::StrCat("ftruncate: ", std::strerror(errno)));
       }
+      return std::string();
+    }
+    if (cmd == "token") return token_;
+    if (cmd == "impersonate") {
+      if (w.size() != 3) return absl::InvalidArgumentError("impersonate S T");
+      session_ = arg(1);
+      token_ = w[2];
+      return std::string();
+    }
+    if (cmd == "usage") {
+      v1::ReportUsageRequest req;
+      req.set_session_id(session_);
+      req.set_token(token_);
+      v1::ReportUsageResponse resp;
+      grpc::ClientContext ctx;
+      absl::Status s = FromGrpc(stub_->ReportUsage(&ctx, req, &resp));
+      if (!s.ok()) return s;
       return std::string();
     }
     if (cmd == "close") {
