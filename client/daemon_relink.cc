@@ -196,11 +196,24 @@ absl::Status DaemonChunkSource::Readopt(
       std::vector<std::pair<ChunkHandle, uint64_t>> all(d.held.begin(),
                                                         d.held.end());
       all.insert(all.end(), d.idle.begin(), d.idle.end());
+      absl::Status first_failure;
+      size_t failures = 0;
       for (const auto& [h, id] : all) {
         absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
-        if (!fd.ok()) continue;  // kept, uncounted
+        if (!fd.ok()) {  // kept, uncounted
+          if (failures++ == 0) first_failure = fd.status();
+          continue;
+        }
         shown.push_back({h, id});
         fds.push_back(*std::move(fd));
+      }
+      if (failures != 0) {
+        std::fprintf(stderr,
+                     "gmlake: could not export %zu of the %zu chunks held on "
+                     "device %zu to show them to the restarted gmlaked (%s); "
+                     "this process keeps them, uncounted by gmlaked\n",
+                     failures, all.size(), dev,
+                     std::string(first_failure.message()).c_str());
       }
     }
     for (size_t at = 0; at < shown.size(); at += kMaxFdsPerGroup) {

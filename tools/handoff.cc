@@ -151,6 +151,13 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   r.chunk_size = (*source)->chunk_size(0);
   r.chunks = r.chunk_size == 0 ? 0 : config.bytes / r.chunk_size;
   r.backend_description = before->backend_description();
+  // The busy process is running already: its device context exists (on
+  // the cuda backend a first context costs ~0.2 s, which is no hand-off).
+  VmmBackend* backend = (*source)->backend();
+  absl::StatusOr<DevicePtr> warm =
+      backend->ReserveRange(backend->granularity(0), 0, 0);
+  if (!warm.ok()) return warm.status();
+  backend->FreeRange(*warm, backend->granularity(0)).IgnoreError();
   {
     Allocator allocator(source->get(), *options);
     Progress(config.progress,
