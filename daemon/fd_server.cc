@@ -327,19 +327,10 @@ bool FdServer::Serve(Conn* c, ReceivedMessage* msg, std::string* why) {
     case v1::FdRequest::kBind:
       return ServeBind(c, req, why);
     case v1::FdRequest::kClaim: {
-      if (c->session == 0) {
-        return ReplyStatus(c,
-                           absl::FailedPreconditionError(
-                               "bind a session on this connection before "
-                               "claiming a lease"),
-                           why);
-      }
-      if (req.session_id() != c->session) {
-        return ReplyStatus(c,
-                           absl::PermissionDeniedError(absl::StrFormat(
-                               "this connection is bound to session %d, not %d",
-                               c->session, req.session_id())),
-                           why);
+      if (absl::Status s =
+              CheckBoundTo(*c, req.session_id(), "claiming a lease");
+          !s.ok()) {
+        return ReplyStatus(c, s, why);
       }
       absl::StatusOr<std::vector<uint64_t>> ids =
           lake_->Claim(req.session_id(), req.token(), req.claim().lease_id());
@@ -353,28 +344,32 @@ bool FdServer::Serve(Conn* c, ReceivedMessage* msg, std::string* why) {
     case v1::FdRequest::kAdopt:
       return ServeAdopt(c, req, std::move(msg->fds), why);
     default:
-      return ReplyStatus(c,
-                         absl::InvalidArgumentError(
-                             "an FdRequest with neither bind nor claim"),
-                         why);
+      return ReplyStatus(
+          c,
+          absl::InvalidArgumentError(
+              "an FdRequest with neither bind nor claim (nor adopt)"),
+          why);
   }
+}
+
+absl::Status FdServer::CheckBoundTo(const Conn& c, uint64_t session,
+                                    absl::string_view doing) {
+  if (c.session == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bind a session on this connection before ", doing));
+  }
+  if (session != c.session) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "this connection is bound to session %d, not %d", c.session, session));
+  }
+  return absl::OkStatus();
 }
 
 bool FdServer::ServeAdopt(Conn* c, const v1::FdRequest& req,
                           std::vector<UniqueFd> fds, std::string* why) {
-  if (c->session == 0) {
-    return ReplyStatus(c,
-                       absl::FailedPreconditionError(
-                           "bind a session on this connection before "
-                           "adopting chunks"),
-                       why);
-  }
-  if (req.session_id() != c->session) {
-    return ReplyStatus(c,
-                       absl::PermissionDeniedError(absl::StrFormat(
-                           "this connection is bound to session %d, not %d",
-                           c->session, req.session_id())),
-                       why);
+  if (absl::Status s = CheckBoundTo(*c, req.session_id(), "adopting chunks");
+      !s.ok()) {
+    return ReplyStatus(c, s, why);
   }
   const std::vector<uint64_t> previous(req.adopt().previous_chunk_ids().begin(),
                                        req.adopt().previous_chunk_ids().end());

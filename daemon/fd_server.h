@@ -134,6 +134,10 @@ class FdServer {
   Served ServeSome(Conn* c, std::string* why);
   // Serves one request; false to close the connection.
   bool Serve(Conn* c, ReceivedMessage* msg, std::string* why);
+  // OK if `c` is bound to `session`: FailedPrecondition when unbound,
+  // PermissionDenied when bound to another; `doing` names the request.
+  static absl::Status CheckBoundTo(const Conn& c, uint64_t session,
+                                   absl::string_view doing);
   bool ServeBind(Conn* c, const v1::FdRequest& req, std::string* why);
   // Adopts the chunks behind `fds` into the connection's session (after a
   // restart: Lake::Adopt); the reply carries their new ids.
