@@ -2,6 +2,8 @@
 
 #include "client/daemon_chunk_source.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -207,7 +209,50 @@ absl::Status DaemonChunkSource::Open(Rpc* link, bool first) {
   }
   if (!first) return CheckSameDevices(served);
   if (absl::Status s = ChooseBackend(served); !s.ok()) return s;
+  if (options_.keep_descriptors.value_or(!backend_->can_export_imports())) {
+    // One descriptor per chunk held: raise the soft limit to the hard one
+    // (as a process with many sockets would), and keep at most half of it
+    // for chunks, so that the rest of the process is not starved.
+    rlimit lim;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      if (lim.rlim_cur < lim.rlim_max) {
+        rlimit raised = lim;
+        raised.rlim_cur = lim.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+      }
+      max_kept_fds_ = static_cast<size_t>(
+          std::min<rlim_t>(lim.rlim_cur / 2, size_t{1} << 24));
+    }
+  }
   return MatchDevices(served);
+}
+
+void DaemonChunkSource::KeepFd(ChunkHandle h, UniqueFd fd) {
+  MutexLock l(&kept_mu_);
+  // Past the budget the descriptor closes: that chunk cannot be shown to
+  // a restarted gmlaked (Readopt says so).
+  if (kept_fds_.size() < max_kept_fds_) kept_fds_[h] = std::move(fd);
+}
+
+void DaemonChunkSource::DropKeptFd(ChunkHandle h) {
+  MutexLock l(&kept_mu_);
+  kept_fds_.erase(h);
+}
+
+absl::StatusOr<UniqueFd> DaemonChunkSource::ShowableFd(ChunkHandle h) {
+  {
+    MutexLock l(&kept_mu_);
+    auto it = kept_fds_.find(h);
+    if (it != kept_fds_.end()) {
+      const int fd = ::fcntl(it->second.get(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "duplicating a kept chunk descriptor: ", std::strerror(errno)));
+      }
+      return UniqueFd(fd);
+    }
+  }
+  return backend_->ExportChunk(h);
 }
 
 absl::Status DaemonChunkSource::ChooseBackend(
@@ -670,6 +715,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   std::vector<uint64_t> lease_ids(resp.chunk_ids().begin(),
                                   resp.chunk_ids().end());
   std::vector<std::pair<ChunkHandle, uint64_t>> imported;
+  std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
   absl::Status failure;
   bool socket_broken = false;
   {
@@ -711,12 +757,14 @@ absl::Status DaemonChunkSource::LeaseAndImport(
         }
         absl::StatusOr<ChunkHandle> h =
             backend_->ImportChunk(fds[i].get(), device, chunk);
-        // The descriptor closes with `fds`: the import holds the chunk.
+        // The descriptor closes with `fds` (the import holds the chunk),
+        // unless it is kept for re-adoption.
         if (!h.ok()) {
           failure = WithContext("importing a chunk from gmlaked", h.status());
           break;
         }
         imported.push_back({*h, lease_ids[next]});
+        if (max_kept_fds_ != 0) kept.push_back({*h, std::move(fds[i])});
         ++next;
       }
       if (reply->last()) {
@@ -730,6 +778,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(
     }
   }
   if (failure.ok()) {
+    for (auto& [h, fd] : kept) KeepFd(h, std::move(fd));
     out->insert(out->end(), imported.begin(), imported.end());
     return absl::OkStatus();
   }
@@ -829,6 +878,9 @@ void DaemonChunkSource::GiveBack(
   // Our handle goes first, so the daemon never leases a chunk on while
   // this process still holds it.
   for (const auto& [h, id] : chunks) {
+    // The kept descriptor first: once released, the handle's value may
+    // name a chunk imported next.
+    DropKeptFd(h);
     backend_->ReleaseChunk(h).IgnoreError();
   }
   // Counted before the daemon has them: once it has, the lease that asked
@@ -984,6 +1036,8 @@ DaemonChunkSource::~DaemonChunkSource() {
       d.held.clear();
     }
   }
+  MutexLock k(&kept_mu_);
+  kept_fds_.clear();
 }
 
 }  // namespace gmlake

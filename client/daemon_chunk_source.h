@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +92,12 @@ struct DaemonSourceOptions {
   // this process holds on the device (0: read only when answering
   // pressure). One lock taken per device and period; no call on a malloc.
   absl::Duration usage_report_interval = absl::Milliseconds(250);
+  // Keep the descriptor of each leased chunk while it is held, to show it to
+  // a restarted gmlaked (re-adoption). Unset: where the backend cannot
+  // export its imports again (cuda). Costs one descriptor per chunk held;
+  // the process's soft RLIMIT_NOFILE is raised to its hard limit, and at
+  // most half of it is kept.
+  std::optional<bool> keep_descriptors;
   // The protocol version to speak (0: this build's). For tests.
   uint32_t protocol_version = 0;
   // Once gmlaked is gone, how often to try to reconnect to a restarted one
@@ -316,6 +323,20 @@ class DaemonChunkSource : public ChunkSource {
   std::thread relink_thread_;
   std::atomic<uint64_t> reconnections_{0};
   std::atomic<uint64_t> chunks_readopted_{0};
+
+  // The descriptors kept for re-adoption (options.keep_descriptors), by
+  // handle, and how many may be kept.
+  Mutex kept_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<ChunkHandle, UniqueFd> kept_fds_
+      ABSL_GUARDED_BY(kept_mu_);
+  size_t max_kept_fds_ = 0;  // 0: none kept
+  // Keeps `fd` for `h` within the budget (else it closes).
+  void KeepFd(ChunkHandle h, UniqueFd fd);
+  // Drops the kept descriptor of `h`, if any.
+  void DropKeptFd(ChunkHandle h);
+  // A descriptor to show `h` with: a copy of the kept one, else a new
+  // export through the backend.
+  absl::StatusOr<UniqueFd> ShowableFd(ChunkHandle h);
 
   // Held while the reclaim handler runs, so that replacing it waits for the
   // call (the Allocator destroys what its handler uses once it cleared it).

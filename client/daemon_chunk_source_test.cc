@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,7 +36,7 @@ using ::testing::HasSubstr;
 constexpr uint64_t kChunk = 2 << 20;
 
 class DaemonChunkSourceTest : public ::testing::Test {
- protected:
+ public:
   void Start(const std::vector<std::string>& flags) {
     absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(flags);
     ASSERT_TRUE(d.ok()) << d.status();
@@ -43,8 +44,10 @@ class DaemonChunkSourceTest : public ::testing::Test {
   }
   std::unique_ptr<DaemonChunkSource> Connect(
       uint64_t watermark = 0, const std::string& name = "t",
-      absl::Duration reconnect = absl::Milliseconds(100)) {
+      absl::Duration reconnect = absl::Milliseconds(100),
+      std::optional<bool> keep_descriptors = std::nullopt) {
     DaemonSourceOptions o;
+    o.keep_descriptors = keep_descriptors;
     o.socket_path = daemon_->socket();
     o.name = name;
     o.idle_watermark_bytes = watermark;
@@ -321,15 +324,21 @@ TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
 // gmlaked killed and started again on the same sockets (what systemd's
 // Restart= does): the source reconnects by itself, shows the new daemon the
 // chunks it holds, which counts them again, and leases on.
-TEST_F(DaemonChunkSourceTest, AfterARestartTheSourceReconnectsAndIsAdopted) {
-  Start({"--capacity=16MiB"});
-  std::unique_ptr<DaemonChunkSource> s = Connect(kChunk);
+// With `keep_descriptors`, the source shows the chunks by the descriptors it
+// received (what it must do on the cuda backend, whose driver will not
+// export an imported handle again); without, it exports them anew.
+void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors) {
+  t->Start({"--capacity=16MiB"});
+  std::unique_ptr<DaemonChunkSource> s =
+      t->Connect(kChunk, "t", absl::Milliseconds(100), keep_descriptors);
   absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
   ASSERT_TRUE(hs.ok());
-  ASSERT_TRUE(Touch(s.get(), *hs, 0x61, false).ok());
+  ASSERT_TRUE(DaemonChunkSourceTest::Touch(s.get(), *hs, 0x61, false).ok());
   s->Return(0, {(*hs)[2]});  // kept idle (watermark: one chunk)
   hs->pop_back();
-  ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+  const uint64_t exports_before =
+      s->backend()->call_stats().Count(VmmCall::kExport);
+  ASSERT_TRUE(t->daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
   const absl::Time deadline = absl::Now() + testing::kPatience;
   while (s->daemon_status().ok() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
@@ -338,32 +347,42 @@ TEST_F(DaemonChunkSourceTest, AfterARestartTheSourceReconnectsAndIsAdopted) {
   // A lease while the daemon is down waits for it.
   absl::StatusOr<std::vector<ChunkHandle>> waited;
   std::thread acquire([&] { waited = s->Acquire(0, 2); });
-  ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
+  ASSERT_TRUE(t->daemon_->Restart().ok()) << t->daemon_->Log();
   acquire.join();
   ASSERT_TRUE(waited.ok()) << waited.status();
   EXPECT_TRUE(s->daemon_status().ok());
   EXPECT_EQ(s->reconnections(), 1u);
   EXPECT_EQ(s->chunks_readopted(), 3u);
+  EXPECT_EQ(s->backend()->call_stats().Count(VmmCall::kExport) - exports_before,
+            keep_descriptors ? 0u : 3u);
   // The new daemon counts all four: three adopted (one of them idle here,
   // now handed out again) and one it made.
-  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  absl::StatusOr<v1::StatusResponse> st = t->daemon_->Status();
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->devices(0).created_chunks(), 4u);
-  EXPECT_EQ(SessionChunks(s->session_id()), 4u);
-  EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
-  EXPECT_TRUE(Touch(s.get(), *hs, 0x61, true).ok());
+  EXPECT_EQ(t->SessionChunks(s->session_id()), 4u);
+  EXPECT_TRUE(t->daemon_->CheckBooks().ok()) << t->daemon_->CheckBooks();
+  EXPECT_TRUE(DaemonChunkSourceTest::Touch(s.get(), *hs, 0x61, true).ok());
   s->Return(0, *hs);
   s->Return(0, *waited);
   s.reset();
   // Adopted chunks went back to the driver, not to the lake; the one the
   // daemon made is free.
-  st = daemon_->WaitFor(
+  st = t->daemon_->WaitFor(
       [](const v1::StatusResponse& r) { return r.sessions_size() == 0; },
       testing::kPatience);
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->devices(0).created_chunks(), 1u);
   EXPECT_EQ(st->devices(0).free_chunks(), 1u);
-  EXPECT_THAT(daemon_->Log(), HasSubstr("adopted 3 chunks"));
+  EXPECT_THAT(t->daemon_->Log(), HasSubstr("adopted 3 chunks"));
+}
+
+TEST_F(DaemonChunkSourceTest, AfterARestartTheSourceReconnectsAndIsAdopted) {
+  RestartAndAdopt(this, /*keep_descriptors=*/false);
+}
+
+TEST_F(DaemonChunkSourceTest, AfterARestartKeptDescriptorsShowTheChunks) {
+  RestartAndAdopt(this, /*keep_descriptors=*/true);
 }
 
 TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {

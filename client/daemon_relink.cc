@@ -188,7 +188,8 @@ absl::Status DaemonChunkSource::Readopt(
     std::vector<UniqueFd> fds;
     int daemon_device;
     {
-      // Exported under the lock, so that no chunk is released meanwhile.
+      // Exported (or the kept descriptor copied) under the lock, so that no
+      // chunk is released meanwhile.
       MutexLock l(&mu_);
       DeviceState& d = devices_[dev];
       daemon_device = d.daemon_device;
@@ -199,7 +200,7 @@ absl::Status DaemonChunkSource::Readopt(
       absl::Status first_failure;
       size_t failures = 0;
       for (const auto& [h, id] : all) {
-        absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
+        absl::StatusOr<UniqueFd> fd = ShowableFd(h);
         if (!fd.ok()) {  // kept, uncounted
           if (failures++ == 0) first_failure = fd.status();
           continue;

@@ -86,6 +86,7 @@ class CudaBackend final : public VmmBackend {
     if (device < 0 || device >= device_count()) return "";
     return devices_[device].uuid;
   }
+  bool can_export_imports() const override { return false; }
   size_t granularity(int device) const override {
     if (device < 0 || device >= device_count()) return 0;
     return devices_[device].granularity;

@@ -135,6 +135,11 @@ class VmmBackend {
   // Whether mapped memory is readable through Fill/CopyToHost/CopyFromHost
   // (false for the accounting backend).
   virtual bool has_memory() const { return true; }
+  // Whether ExportChunk works on a chunk this backend imported. The CUDA
+  // driver refuses it (cuMemExportToShareableHandle on an imported handle:
+  // CUDA_ERROR_INVALID_VALUE, seen on an H200 with driver 580); a client
+  // that must show such a chunk again keeps the descriptor it received.
+  virtual bool can_export_imports() const { return true; }
   // Bytes of memory `device` has in all, for settings given as a fraction
   // of the card (gmlaked --capacity=0.9); 0 when the backend cannot tell.
   virtual uint64_t device_memory_bytes(int /*device*/) const { return 0; }
