@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/chunk_sizing.h"
 #include "client/daemon_link.h"
 #include "common/bytes.h"
 #include "common/fd_passing.h"
@@ -495,7 +496,7 @@ bool DaemonChunkSource::ReportWorthyLocked() const {
     const DeviceState& d = devices_[local];
     // A chunk's worth, and a sixteenth of what is held: a process that
     // churns within its cache does not report at every period.
-    const uint64_t held = (d.held.size() + d.idle.size()) * d.chunk_size;
+    const uint64_t held = d.held_bytes + d.idle_bytes;
     const uint64_t step = std::max<uint64_t>(d.chunk_size, held / 16);
     auto moved = [step](uint64_t a, uint64_t b) {
       return (a > b ? a - b : b - a) >= step;
@@ -566,8 +567,8 @@ std::vector<DaemonChunkSource::UsageFigures> DaemonChunkSource::UsageLocked()
   for (size_t i = 0; i < devices_.size(); ++i) {
     const DeviceState& d = devices_[i];
     if (d.daemon_device < 0) continue;
-    const uint64_t held = d.held.size() * d.chunk_size;
-    const uint64_t idle = d.idle.size() * d.chunk_size;
+    const uint64_t held = d.held_bytes;
+    const uint64_t idle = d.idle_bytes;
     // Under gmlaked's number for the device.
     UsageFigures u{d.daemon_device, held, idle};
     if (d.noted) {
@@ -606,20 +607,49 @@ absl::Status DaemonChunkSource::SendUsage(bool unsolicited) {
 
 absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     int device, size_t count) {
+  const uint64_t unit = chunk_size(device);
+  absl::StatusOr<std::vector<LeasedChunk>> got =
+      Obtain(device, count * unit, /*any_size=*/false);
+  if (!got.ok()) return got.status();
+  std::vector<ChunkHandle> handles;
+  handles.reserve(got->size());
+  for (const LeasedChunk& c : *got) handles.push_back(c.handle);
+  return handles;
+}
+
+absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
+    int device, uint64_t bytes) {
+  const uint64_t unit = chunk_size(device);
+  if (unit == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device %d does not exist in this process", device));
+  }
+  absl::StatusOr<std::vector<LeasedChunk>> got =
+      Obtain(device, (bytes + unit - 1) / unit * unit, /*any_size=*/true);
+  if (!got.ok()) return got.status();
+  std::vector<SizedChunk> out;
+  out.reserve(got->size());
+  for (const LeasedChunk& c : *got) out.push_back({c.handle, c.size});
+  return out;
+}
+
+absl::StatusOr<std::vector<DaemonChunkSource::LeasedChunk>>
+DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
   bool short_while_lost;
   {
     MutexLock l(&mu_);
     short_while_lost = device >= 0 &&
                        static_cast<size_t>(device) < devices_.size() &&
-                       devices_[device].idle.size() < count && !lost_.ok();
+                       devices_[device].idle_bytes < bytes && !lost_.ok();
   }
   if (short_while_lost) {
     // gmlaked is away and the idle chunks do not do: wait for it holding
     // nothing (idle chunks taken now would miss its adoption).
     WaitForLink(absl::Now() + options_.reconnect_wait).IgnoreError();
   }
-  std::vector<std::pair<ChunkHandle, uint64_t>> got;
-  size_t from_idle = 0;
+  std::vector<LeasedChunk> got;
+  uint64_t missing = 0;
+  uint64_t unit = 0;
   uint64_t idle_epoch = 0;
   {
     MutexLock l(&mu_);
@@ -628,7 +658,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
           "device %d does not exist: this process has devices 0..%d", device,
           devices_.size() - 1));
     }
-    if (count == 0) return std::vector<ChunkHandle>{};
+    if (bytes == 0) return got;
     DeviceState& d = devices_[device];
     if (d.daemon_device < 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -637,60 +667,87 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
           options_.socket_path, device, d.uuid,
           absl::StrJoin(daemon_uuids_, ", ")));
     }
-    const uint64_t after = (d.held.size() + count) * d.chunk_size;
+    unit = d.chunk_size;
+    const uint64_t after = d.held_bytes + bytes;
     if (d.limit != 0 && after > d.limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "acquiring %d chunks (%s) on device %d would put this process at "
-          "%s, over its limit of %s (SetCapacity)",
-          count, FormatBytes(count * d.chunk_size), device, FormatBytes(after),
+          "acquiring %s on device %d would put this process at %s, over its "
+          "limit of %s (SetCapacity)",
+          FormatBytes(bytes), device, FormatBytes(after),
           FormatBytes(d.limit)));
     }
-    from_idle = std::min(count, d.idle.size());
-    got.assign(d.idle.end() - from_idle, d.idle.end());
-    d.idle.resize(d.idle.size() - from_idle);
+    // Idle chunks: of the unit only, or any that fit, largest first.
+    std::sort(d.idle.begin(), d.idle.end(),
+              [](const LeasedChunk& a, const LeasedChunk& b) {
+                return a.size < b.size;
+              });
+    uint64_t have = 0;
+    for (size_t i = d.idle.size(); i-- > 0 && have < bytes;) {
+      const LeasedChunk& c = d.idle[i];
+      if (any_size ? c.size > bytes - have : c.size != unit) continue;
+      have += c.size;
+      d.idle_bytes -= c.size;
+      got.push_back(c);
+      d.idle.erase(d.idle.begin() + i);
+    }
+    missing = bytes - have;
     idle_epoch = epoch_;
   }
-  uint64_t lease_epoch = 0;
+  const size_t from_idle = got.size();
+  // The rest in runs of one size each: one lease per run.
+  std::vector<ChunkRun> runs;
+  if (any_size) {
+    runs = PlanChunks(missing, {unit, unit, options_.large_chunk});
+  } else if (missing > 0) {
+    runs.push_back({unit, missing / unit});
+  }
+  std::vector<uint64_t> epochs(from_idle, idle_epoch);
   absl::Status s = absl::OkStatus();
-  if (got.size() < count) {
-    s = LeaseWhenLinked(device, count - got.size(), &got, &lease_epoch);
+  for (const ChunkRun& run : runs) {
+    uint64_t lease_epoch = 0;
+    s = LeaseWhenLinked(device, run.count, run.size, &got, &lease_epoch);
+    if (!s.ok()) break;
+    epochs.resize(got.size(), lease_epoch);
   }
-  MutexLock l(&mu_);
-  // Ids of another daemon than the current one (it restarted meanwhile,
-  // and these were not in the maps it was shown): kept, uncounted.
-  for (size_t i = 0; i < got.size(); ++i) {
-    if ((i < from_idle ? idle_epoch : lease_epoch) != epoch_) got[i].second = 0;
+  uint64_t keep = 0;
+  {
+    MutexLock l(&mu_);
+    // Ids of another daemon than the current one (it restarted meanwhile,
+    // and these were not in the maps it was shown): kept, uncounted.
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i >= epochs.size() || epochs[i] != epoch_) got[i].id = 0;
+    }
+    DeviceState& d = devices_[device];
+    if (s.ok()) {
+      for (const LeasedChunk& c : got) d.Hold(c);
+      return got;
+    }
+    // All or nothing: the idle chunks taken, and those of runs leased
+    // before the one that failed, are idle (the watermark decides below
+    // which stay).
+    for (const LeasedChunk& c : got) d.Idle(c);
+    keep = options_.idle_watermark_bytes;
   }
-  DeviceState& d = devices_[device];
-  if (!s.ok()) {
-    // All or nothing: the idle chunks taken stay idle.
-    d.idle.insert(d.idle.end(), got.begin(), got.end());
-    return s;
-  }
-  std::vector<ChunkHandle> handles;
-  handles.reserve(got.size());
-  for (const auto& [h, id] : got) {
-    d.held[h] = id;
-    handles.push_back(h);
-  }
-  return handles;
+  if (got.size() > from_idle) TrimIdle(device, keep, 0);
+  return s;
 }
 
-absl::Status DaemonChunkSource::LeaseAndImport(
-    int device, size_t count,
-    std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch) {
+absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
+                                               uint64_t size,
+                                               std::vector<LeasedChunk>* out,
+                                               uint64_t* epoch) {
   const std::shared_ptr<Rpc> r = link();
   *epoch = r->epoch;
   v1::LeaseRequest req;
   req.set_session_id(r->session);
   req.set_token(r->token);
   req.set_chunk_count(count);
-  size_t chunk;
   {
     MutexLock l(&mu_);
     // gmlaked's number for the device; the chunks are imported on ours.
     req.set_device(devices_[device].daemon_device);
-    chunk = devices_[device].chunk_size;
+    // The unit needs no size (a gmlaked before chunk sizes serves it too).
+    if (size != devices_[device].chunk_size) req.set_chunk_bytes(size);
     AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
   }
   v1::LeaseResponse resp;
@@ -714,11 +771,18 @@ absl::Status DaemonChunkSource::LeaseAndImport(
   }
   std::vector<uint64_t> lease_ids(resp.chunk_ids().begin(),
                                   resp.chunk_ids().end());
-  std::vector<std::pair<ChunkHandle, uint64_t>> imported;
+  std::vector<LeasedChunk> imported;
   std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
   absl::Status failure;
   bool socket_broken = false;
-  {
+  if (resp.chunk_size() != size) {
+    // Given back unclaimed below.
+    failure = absl::FailedPreconditionError(absl::StrFormat(
+        "gmlaked leased chunks of %s for a lease of chunks of %s: it "
+        "predates chunk sizes; upgrade gmlaked, or set GMLAKE_CONF "
+        "large_chunk:0",
+        FormatBytes(resp.chunk_size()), FormatBytes(size)));
+  } else {
     MutexLock l(&fd_mu_);
     v1::FdRequest claim;
     claim.set_session_id(r->session);
@@ -756,14 +820,14 @@ absl::Status DaemonChunkSource::LeaseAndImport(
           break;
         }
         absl::StatusOr<ChunkHandle> h =
-            backend_->ImportChunk(fds[i].get(), device, chunk);
+            backend_->ImportChunk(fds[i].get(), device, size);
         // The descriptor closes with `fds` (the import holds the chunk),
         // unless it is kept for re-adoption.
         if (!h.ok()) {
           failure = WithContext("importing a chunk from gmlaked", h.status());
           break;
         }
-        imported.push_back({*h, lease_ids[next]});
+        imported.push_back({*h, lease_ids[next], size});
         if (max_kept_fds_ != 0) kept.push_back({*h, std::move(fds[i])});
         ++next;
       }
@@ -783,8 +847,8 @@ absl::Status DaemonChunkSource::LeaseAndImport(
     return absl::OkStatus();
   }
   // Undo: drop what was imported and give the whole lease back.
-  for (const auto& [h, id] : imported) {
-    backend_->ReleaseChunk(h).IgnoreError();
+  for (const LeasedChunk& c : imported) {
+    backend_->ReleaseChunk(c.handle).IgnoreError();
   }
   if (socket_broken) {
     // Without the fd socket the session is over (the daemon ends it when
@@ -813,28 +877,13 @@ void DaemonChunkSource::Return(int device,
     for (ChunkHandle h : chunks) {
       auto it = d.held.find(h);
       if (it == d.held.end()) continue;  // not ours: ignored (see header)
-      d.idle.push_back({h, it->second});
+      d.Idle({h, it->second.id, it->second.size});
+      d.held_bytes -= it->second.size;
       d.held.erase(it);
     }
     keep = options_.idle_watermark_bytes;
   }
   TrimIdle(device, keep, 0);
-}
-
-absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
-    int device, uint64_t bytes) {
-  const uint64_t unit = chunk_size(device);
-  if (unit == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("device %d does not exist in this process", device));
-  }
-  absl::StatusOr<std::vector<ChunkHandle>> handles =
-      Acquire(device, static_cast<size_t>((bytes + unit - 1) / unit));
-  if (!handles.ok()) return handles.status();
-  std::vector<SizedChunk> out;
-  out.reserve(handles->size());
-  for (ChunkHandle h : *handles) out.push_back({h, unit});
-  return out;
 }
 
 void DaemonChunkSource::ReturnSized(int device,
@@ -851,7 +900,7 @@ uint64_t DaemonChunkSource::ReleaseIdle(int device) {
 
 uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
                                      uint64_t max_bytes) {
-  std::vector<std::pair<ChunkHandle, uint64_t>> give;
+  std::vector<LeasedChunk> give;
   uint64_t bytes = 0;
   uint64_t epoch = 0;
   {
@@ -860,11 +909,12 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
       return 0;
     }
     DeviceState& d = devices_[device];
-    while (!d.idle.empty() && d.idle.size() * d.chunk_size > keep_bytes &&
+    while (!d.idle.empty() && d.idle_bytes > keep_bytes &&
            (max_bytes == 0 || bytes < max_bytes)) {
       give.push_back(d.idle.back());
       d.idle.pop_back();
-      bytes += d.chunk_size;
+      d.idle_bytes -= give.back().size;
+      bytes += give.back().size;
     }
     epoch = epoch_;
   }
@@ -872,21 +922,23 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
   return bytes;
 }
 
-void DaemonChunkSource::GiveBack(
-    int device, absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks,
-    uint64_t epoch) {
+void DaemonChunkSource::GiveBack(int device,
+                                 absl::Span<const LeasedChunk> chunks,
+                                 uint64_t epoch) {
   // Our handle goes first, so the daemon never leases a chunk on while
   // this process still holds it.
-  for (const auto& [h, id] : chunks) {
+  uint64_t bytes = 0;
+  for (const LeasedChunk& c : chunks) {
     // The kept descriptor first: once released, the handle's value may
     // name a chunk imported next.
-    DropKeptFd(h);
-    backend_->ReleaseChunk(h).IgnoreError();
+    DropKeptFd(c.handle);
+    backend_->ReleaseChunk(c.handle).IgnoreError();
+    bytes += c.size;
   }
   // Counted before the daemon has them: once it has, the lease that asked
   // goes on, and its caller may read this counter at once.
   if (tls_answering_pressure == this) {
-    pressure_bytes_returned_.fetch_add(chunks.size() * chunk_size(device));
+    pressure_bytes_returned_.fetch_add(bytes);
   }
   if (!Lost().ok()) return;
   const std::shared_ptr<Rpc> r = link();
@@ -897,8 +949,8 @@ void DaemonChunkSource::GiveBack(
   req.set_session_id(r->session);
   req.set_token(r->token);
   // Id 0: kept from before a restart, not adopted by this daemon.
-  for (const auto& [h, id] : chunks) {
-    if (id != 0) req.add_chunk_ids(id);
+  for (const LeasedChunk& c : chunks) {
+    if (c.id != 0) req.add_chunk_ids(c.id);
   }
   if (req.chunk_ids_size() == 0) return;
   {
@@ -955,8 +1007,8 @@ std::vector<ChunkHandle> DaemonChunkSource::HeldHandles(int device) const {
   MutexLock l(&mu_);
   std::vector<ChunkHandle> out;
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return out;
-  for (const auto& [h, id] : devices_[device].held) out.push_back(h);
-  for (const auto& [h, id] : devices_[device].idle) out.push_back(h);
+  for (const auto& [h, c] : devices_[device].held) out.push_back(h);
+  for (const LeasedChunk& c : devices_[device].idle) out.push_back(c.handle);
   return out;
 }
 
@@ -1028,12 +1080,13 @@ DaemonChunkSource::~DaemonChunkSource() {
   MutexLock l(&mu_);
   if (backend_ != nullptr) {
     for (DeviceState& d : devices_) {
-      for (const auto& [h, id] : d.idle)
-        backend_->ReleaseChunk(h).IgnoreError();
-      for (const auto& [h, id] : d.held)
-        backend_->ReleaseChunk(h).IgnoreError();
+      for (const LeasedChunk& c : d.idle) {
+        backend_->ReleaseChunk(c.handle).IgnoreError();
+      }
+      for (const auto& [h, c] : d.held) backend_->ReleaseChunk(h).IgnoreError();
       d.idle.clear();
       d.held.clear();
+      d.idle_bytes = d.held_bytes = 0;
     }
   }
   MutexLock k(&kept_mu_);

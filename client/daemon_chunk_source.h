@@ -4,11 +4,13 @@
 //
 // Connect opens a session over gRPC, binds it on the daemon's fd socket
 // (where the daemon learns this process's pid/uid with SO_PEERCRED), and
-// starts a thread on the session's Watch stream. Acquire leases all missing
-// chunks in one call, receives their descriptors on the fd socket (batches
-// with SCM_RIGHTS) and imports each through a local backend of the daemon's
-// kind, closing each descriptor right after. Return keeps up to an idle
-// watermark of chunks imported for reuse and gives the rest back.
+// starts a thread on the session's Watch stream. AcquireBytes takes idle
+// chunks that fit, then leases what is missing (one call per chunk size:
+// a large shortfall in large chunks, client/chunk_sizing.h), receives their
+// descriptors on the fd socket (batches with SCM_RIGHTS) and imports each
+// through a local backend of the daemon's kind, closing each descriptor
+// right after. Return keeps up to an idle watermark of chunks imported for
+// reuse and gives the rest back.
 //
 // Under pressure from the daemon (another process needs memory), the Watch
 // thread gives back idle chunks first, then calls the ReclaimHandler for
@@ -79,6 +81,10 @@ struct DaemonSourceOptions {
   // Bytes per device of returned chunks kept imported for reuse, instead of
   // going back to the daemon at once.
   uint64_t idle_watermark_bytes = 0;
+  // AcquireBytes leases a large shortfall in chunks of up to this size
+  // (client/chunk_sizing.h; gmlaked's unit for the rest). 0: every chunk of
+  // gmlaked's unit.
+  uint64_t large_chunk = 0;
   // How long Connect may take before it gives up.
   absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one Lease call, plus 2 ms per chunk asked for (it may wait
@@ -131,15 +137,19 @@ class DaemonChunkSource : public ChunkSource {
   // 0: 2 MiB chunks, 40 GiB capacity)".
   std::string Describe() const override;
   VmmBackend* backend() override { return backend_; }
+  // gmlaked's unit on `device`: every chunk is a multiple of it.
   size_t chunk_size(int device) const override;
-  // Idle chunks first, then one lease for the rest. ResourceExhausted with
-  // the daemon's message (quota, or what the lake has), or with this
-  // process's own limit (SetCapacity); Unavailable once the daemon is gone;
-  // InvalidArgument for a device the daemon does not serve.
+  // `count` chunks of chunk_size(device): idle ones of that size first, then
+  // one lease for the rest. ResourceExhausted with the daemon's message
+  // (quota, or what the lake has), or with this process's own limit
+  // (SetCapacity); Unavailable once the daemon is gone; InvalidArgument for
+  // a device the daemon does not serve.
   absl::StatusOr<std::vector<ChunkHandle>> Acquire(int device, size_t count);
   // Handles not acquired from this source are ignored.
   void Return(int device, absl::Span<const ChunkHandle> chunks);
-  // Acquire and Return in bytes: every chunk is chunk_size(device).
+  // Idle chunks that fit (largest first), then leases for the rest, cut by
+  // PlanChunks (large chunks for a large shortfall, up to
+  // options.large_chunk). Errors as Acquire.
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
@@ -191,18 +201,40 @@ class DaemonChunkSource : public ChunkSource {
 
  private:
   struct Rpc;  // daemon_link.h
+  // A chunk leased from gmlaked and imported here: its handle, its id
+  // under the current daemon (0: not counted by it, kept from before a
+  // restart), its size.
+  struct LeasedChunk {
+    ChunkHandle handle = 0;
+    uint64_t id = 0;
+    uint64_t size = 0;
+  };
+  struct HeldChunk {
+    uint64_t id = 0;
+    uint64_t size = 0;
+  };
   // Per device of this process (its numbering; gmlaked's may differ).
   struct DeviceState {
     std::string uuid;
     // gmlaked's number for the device (same UUID); -1: not served.
     int daemon_device = -1;
-    // gmlaked's chunk size; the backend's granularity where not served.
+    // gmlaked's unit; the backend's granularity where not served.
     size_t chunk_size = 0;
     uint64_t lake_capacity = 0;
     uint64_t limit = 0;  // SetCapacity; 0: none
-    // handle -> daemon chunk id
-    absl::flat_hash_map<ChunkHandle, uint64_t> held;
-    std::vector<std::pair<ChunkHandle, uint64_t>> idle;
+    // Acquired by the caller, by handle; and idle, kept for reuse.
+    absl::flat_hash_map<ChunkHandle, HeldChunk> held;
+    std::vector<LeasedChunk> idle;
+    uint64_t held_bytes = 0;
+    uint64_t idle_bytes = 0;
+    void Hold(const LeasedChunk& c) {
+      held[c.handle] = {c.id, c.size};
+      held_bytes += c.size;
+    }
+    void Idle(const LeasedChunk& c) {
+      idle.push_back(c);
+      idle_bytes += c.size;
+    }
     bool noted = false;
     uint64_t noted_used = 0;
     uint64_t noted_cached = 0;
@@ -249,24 +281,26 @@ class DaemonChunkSource : public ChunkSource {
   // Waits until the daemon is back or `deadline`; its status then.
   absl::Status WaitForLink(absl::Time deadline);
   void HandlePressure(int device, uint64_t bytes);
+  // Acquire and AcquireBytes: idle chunks for `bytes` (only of the unit
+  // size unless `any_size`), then leases for the rest (of the unit, or cut
+  // by PlanChunks with `any_size`). All or nothing.
+  absl::StatusOr<std::vector<LeasedChunk>> Obtain(int device, uint64_t bytes,
+                                                  bool any_size);
   // LeaseAndImport once the daemon is there: waits up to reconnect_wait
   // for a restarted one, and leases again if it restarted during the lease.
-  absl::Status LeaseWhenLinked(
-      int device, size_t count,
-      std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch);
-  // Leases `count` chunks and imports them; appends (handle, id) pairs,
+  absl::Status LeaseWhenLinked(int device, size_t count, uint64_t size,
+                               std::vector<LeasedChunk>* out, uint64_t* epoch);
+  // Leases `count` chunks of `size` bytes and imports them; appends them,
   // with the epoch of the link they were leased on.
-  absl::Status LeaseAndImport(
-      int device, size_t count,
-      std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch);
+  absl::Status LeaseAndImport(int device, size_t count, uint64_t size,
+                              std::vector<LeasedChunk>* out, uint64_t* epoch);
   // Releases idle chunks of `device` beyond `keep_bytes`, at most
   // `max_bytes` (0: no maximum), and returns them to the daemon.
   uint64_t TrimIdle(int device, uint64_t keep_bytes, uint64_t max_bytes);
   // Releases the local handles of chunks of `device` and tells the daemon
   // (if reachable).
   // `epoch`: the link the ids are of (taken out of the maps under it).
-  void GiveBack(int device,
-                absl::Span<const std::pair<ChunkHandle, uint64_t>> chunks,
+  void GiveBack(int device, absl::Span<const LeasedChunk> chunks,
                 uint64_t epoch);
   // `unsolicited`: sent because the figures changed, not as an answer to
   // pressure.

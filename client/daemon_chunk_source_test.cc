@@ -385,6 +385,68 @@ TEST_F(DaemonChunkSourceTest, AfterARestartKeptDescriptorsShowTheChunks) {
   RestartAndAdopt(this, /*keep_descriptors=*/true);
 }
 
+// A large AcquireBytes is leased in large chunks (client/chunk_sizing.h),
+// in one lease; returned, they are found again by the next; after a
+// restart they are shown with their sizes and adopted as they are.
+TEST_F(DaemonChunkSourceTest, LargeRequestsAreLeasedInLargeChunks) {
+  Start({"--capacity=512MiB"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "large";
+  o.large_chunk = uint64_t{1} << 30;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> made =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  DaemonChunkSource* s = made->get();
+  constexpr uint64_t kBytes = uint64_t{512} << 20;
+  constexpr uint64_t kLarge = uint64_t{8} << 20;  // 512 MiB / 64, a power of 2
+  absl::StatusOr<std::vector<SizedChunk>> got = s->AcquireBytes(0, kBytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 64u);
+  for (const SizedChunk& c : *got) ASSERT_EQ(c.size, kLarge);
+  // Real memory of that size: the last byte of each is this process's.
+  VmmBackend* b = s->backend();
+  const int devs[] = {0};
+  for (const SizedChunk& c : {got->front(), got->back()}) {
+    absl::StatusOr<VirtualRange> r = VirtualRange::Reserve(b, c.size);
+    ASSERT_TRUE(r.ok());
+    absl::StatusOr<Mapping> m =
+        Mapping::Map(b, r->base(), c.size, c.handle, devs);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(b->Fill(r->base() + c.size - 4096, 0x5A, 4096).ok());
+  }
+  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->leases_served(), 1u);
+  EXPECT_EQ(st->devices(0).created_chunks(), 64u);
+  EXPECT_EQ(st->devices(0).leased_bytes(), kBytes);
+  EXPECT_EQ(SessionChunks(s->session_id()), 64u);
+  // Back to gmlaked (no watermark), then found again: nothing created.
+  s->ReturnSized(0, *got);
+  got = s->AcquireBytes(0, kBytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->devices(0).created_chunks(), 64u);
+  EXPECT_EQ(st->recycled_bytes(), 0u);
+  // Restarted, gmlaked is shown each chunk with its size.
+  ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+  ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
+  const absl::Time deadline = absl::Now() + testing::kPatience;
+  while (s->reconnections() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(s->reconnections(), 1u);
+  EXPECT_EQ(s->chunks_readopted(), 64u);
+  st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->devices(0).created_chunks(), 64u);
+  EXPECT_EQ(st->devices(0).leased_bytes(), kBytes);
+  EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
+  s->ReturnSized(0, *got);
+  made->reset();
+}
+
 TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {
   Start({"--capacity=16MiB"});
   DaemonSourceOptions o;

@@ -43,13 +43,14 @@ absl::Status DaemonChunkSource::WaitForLink(absl::Time deadline) {
   return lost_;
 }
 
-absl::Status DaemonChunkSource::LeaseWhenLinked(
-    int device, size_t count,
-    std::vector<std::pair<ChunkHandle, uint64_t>>* out, uint64_t* epoch) {
+absl::Status DaemonChunkSource::LeaseWhenLinked(int device, size_t count,
+                                                uint64_t size,
+                                                std::vector<LeasedChunk>* out,
+                                                uint64_t* epoch) {
   const absl::Time deadline = absl::Now() + options_.reconnect_wait;
   for (;;) {
     if (absl::Status s = WaitForLink(deadline); !s.ok()) return s;
-    absl::Status s = LeaseAndImport(device, count, out, epoch);
+    absl::Status s = LeaseAndImport(device, count, size, out, epoch);
     // Unavailable: gmlaked went away during the lease; lease again from the
     // restarted one.
     if (s.ok() || s.code() != absl::StatusCode::kUnavailable ||
@@ -184,7 +185,7 @@ absl::Status DaemonChunkSource::Readopt(
     devices = devices_.size();
   }
   for (size_t dev = 0; dev < devices; ++dev) {
-    std::vector<std::pair<ChunkHandle, uint64_t>> shown;
+    std::vector<LeasedChunk> shown;
     std::vector<UniqueFd> fds;
     int daemon_device;
     {
@@ -194,18 +195,17 @@ absl::Status DaemonChunkSource::Readopt(
       DeviceState& d = devices_[dev];
       daemon_device = d.daemon_device;
       if (daemon_device < 0) continue;
-      std::vector<std::pair<ChunkHandle, uint64_t>> all(d.held.begin(),
-                                                        d.held.end());
-      all.insert(all.end(), d.idle.begin(), d.idle.end());
+      std::vector<LeasedChunk> all = d.idle;
+      for (const auto& [h, c] : d.held) all.push_back({h, c.id, c.size});
       absl::Status first_failure;
       size_t failures = 0;
-      for (const auto& [h, id] : all) {
-        absl::StatusOr<UniqueFd> fd = ShowableFd(h);
+      for (const LeasedChunk& c : all) {
+        absl::StatusOr<UniqueFd> fd = ShowableFd(c.handle);
         if (!fd.ok()) {  // kept, uncounted
           if (failures++ == 0) first_failure = fd.status();
           continue;
         }
-        shown.push_back({h, id});
+        shown.push_back(c);
         fds.push_back(*std::move(fd));
       }
       if (failures != 0) {
@@ -225,7 +225,8 @@ absl::Status DaemonChunkSource::Readopt(
       req.mutable_adopt()->set_device(daemon_device);
       std::vector<int> raw;
       for (size_t i = at; i < at + n; ++i) {
-        req.mutable_adopt()->add_previous_chunk_ids(shown[i].second);
+        req.mutable_adopt()->add_previous_chunk_ids(shown[i].id);
+        req.mutable_adopt()->add_chunk_bytes(shown[i].size);
         raw.push_back(fds[i].get());
       }
       if (absl::Status s = SendFds(sock, req.SerializeAsString(), raw);
@@ -253,7 +254,7 @@ absl::Status DaemonChunkSource::Readopt(
                             reply.chunk_ids_size(), n));
       }
       for (size_t i = 0; i < n; ++i) {
-        (*renamed)[shown[at + i].first] = reply.chunk_ids(i);
+        (*renamed)[shown[at + i].handle] = reply.chunk_ids(i);
       }
     }
   }
@@ -273,8 +274,8 @@ std::vector<uint64_t> DaemonChunkSource::RenameLocked(
     unused.erase(it);
   };
   for (DeviceState& d : devices_) {
-    for (auto& [h, id] : d.held) rename(h, &id);
-    for (auto& [h, id] : d.idle) rename(h, &id);
+    for (auto& [h, c] : d.held) rename(h, &c.id);
+    for (LeasedChunk& c : d.idle) rename(c.handle, &c.id);
   }
   std::vector<uint64_t> let_go;
   for (const auto& [h, id] : unused) let_go.push_back(id);

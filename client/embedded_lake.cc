@@ -12,17 +12,18 @@
 namespace gmlake {
 
 EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
-                           uint64_t max_chunk)
+                           uint64_t max_chunk, uint64_t large_chunk)
     : backend_(backend),
       chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
-      max_chunk_(max_chunk != 0 ? max_chunk : chunk_size_) {
+      sizing_{chunk_size_, max_chunk, large_chunk} {
   MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
 
 EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
-                           size_t chunk_size, uint64_t max_chunk)
-    : EmbeddedLake(backend.get(), chunk_size, max_chunk) {
+                           size_t chunk_size, uint64_t max_chunk,
+                           uint64_t large_chunk)
+    : EmbeddedLake(backend.get(), chunk_size, max_chunk, large_chunk) {
   owned_backend_ = std::move(backend);
 }
 
@@ -78,23 +79,20 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
     out.push_back(books.idle[i]);
     books.idle.erase(books.idle.begin() + i);
   }
-  while (have < bytes) {
-    uint64_t size = bytes - have;
-    if (size > max_chunk_) {
-      size = std::max<uint64_t>(max_chunk_ / chunk_size_, 1) * chunk_size_;
+  for (const ChunkRun& run : PlanChunks(bytes - have, sizing_)) {
+    for (uint64_t i = 0; i < run.count; ++i) {
+      absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, run.size);
+      if (!h.ok()) {
+        // All or nothing: keep what we took for the next caller.
+        books.idle.insert(books.idle.end(), out.begin(), out.end());
+        return absl::Status(
+            h.status().code(),
+            absl::StrCat("embedded lake: ", h.status().message(), " (asked ",
+                         FormatBytes(bytes), ", holding ",
+                         FormatBytes(books.held), ")"));
+      }
+      out.push_back({*h, run.size});
     }
-    absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
-    if (!h.ok()) {
-      // All or nothing: keep what we took for the next caller.
-      books.idle.insert(books.idle.end(), out.begin(), out.end());
-      return absl::Status(
-          h.status().code(),
-          absl::StrCat("embedded lake: ", h.status().message(), " (asked ",
-                       FormatBytes(bytes), ", holding ",
-                       FormatBytes(books.held), ")"));
-    }
-    out.push_back({*h, size});
-    have += size;
   }
   books.held += bytes;
   return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "client/chunk_sizing.h"
 #include "client/chunk_source.h"
 #include "common/mutex.h"
 
@@ -22,20 +23,22 @@ namespace gmlake {
 class EmbeddedLake : public ChunkSource {
  public:
   // Uses `backend`, which must outlive the lake. `chunk_size` 0 means the
-  // backend's granularity.
-  // `max_chunk` bounds the chunks AcquireBytes makes (0: one granule).
-  EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0);
+  // backend's granularity. New chunks are cut as client/chunk_sizing.h
+  // says: of `max_chunk` (0: one granule), and for a large shortfall of up
+  // to `large_chunk` (0: never larger than max_chunk).
+  EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0,
+               uint64_t large_chunk = 0);
   // Owns `backend`.
   EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
-               uint64_t max_chunk = 0);
+               uint64_t max_chunk = 0, uint64_t large_chunk = 0);
   ~EmbeddedLake() override;
 
   absl::string_view name() const override { return "embedded"; }
   std::string Describe() const override;
   VmmBackend* backend() override { return backend_; }
   size_t chunk_size(int device) const override { return chunk_size_; }
-  // One new chunk of the whole shortfall (up to max_chunk bytes a chunk),
-  // after reusing kept chunks that fit.
+  // Kept chunks that fit first (largest first), then new chunks for the
+  // shortfall, cut by PlanChunks.
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
@@ -62,7 +65,7 @@ class EmbeddedLake : public ChunkSource {
   std::unique_ptr<VmmBackend> owned_backend_;
   VmmBackend* backend_;
   size_t chunk_size_;
-  uint64_t max_chunk_;
+  ChunkSizing sizing_;
   mutable Mutex mu_;
   std::vector<DeviceBooks> devices_ ABSL_GUARDED_BY(mu_);
 };

@@ -20,8 +20,9 @@ absl::StatusOr<OpenedChunkSource> OpenEmbedded(const AllocatorOptions& options,
   bo.host_capacity_bytes = options.host_capacity;
   absl::StatusOr<std::unique_ptr<VmmBackend>> backend = CreateBackend(bo);
   if (!backend.ok()) return backend.status();
-  auto lake = std::make_unique<EmbeddedLake>(
-      *std::move(backend), options.chunk_size, options.max_chunk);
+  auto lake =
+      std::make_unique<EmbeddedLake>(*std::move(backend), options.chunk_size,
+                                     options.max_chunk, options.large_chunk);
   for (int d = 0; d < lake->backend()->device_count(); ++d) {
     if (absl::Status s = lake->SetCapacity(d, options.capacity); !s.ok()) {
       return s;
@@ -46,8 +47,9 @@ std::unique_ptr<ChunkSource> WithEmbeddedWhereUnserved(
     all = all && served.back();
   }
   if (all) return daemon;
-  auto local = std::make_unique<EmbeddedLake>(
-      daemon->backend(), options.chunk_size, options.max_chunk);
+  auto local =
+      std::make_unique<EmbeddedLake>(daemon->backend(), options.chunk_size,
+                                     options.max_chunk, options.large_chunk);
   return std::make_unique<SplitChunkSource>(std::move(daemon), std::move(local),
                                             std::move(served));
 }
@@ -62,6 +64,7 @@ absl::StatusOr<OpenedChunkSource> OpenChunkSource(
   const char* name = std::getenv("GMLAKE_NAME");
   d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
   d.idle_watermark_bytes = options.idle_watermark;
+  d.large_chunk = options.large_chunk;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> daemon =
       DaemonChunkSource::Connect(d);
   if (!daemon.ok()) {

@@ -85,6 +85,7 @@ const std::map<std::string, Setter>& Setters() {
       {"host_capacity", Bytes(&AllocatorOptions::host_capacity)},
       {"chunk_size", Bytes(&AllocatorOptions::chunk_size)},
       {"max_chunk", Bytes(&AllocatorOptions::max_chunk)},
+      {"large_chunk", Bytes(&AllocatorOptions::large_chunk)},
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},

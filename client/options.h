@@ -40,6 +40,13 @@ struct AllocatorOptions {
   // capacity within 1.008 x the live peak on every shipped trace; 8 MiB
   // needs up to 1.015 x (docs/design.md, "Chunk sizes").
   uint64_t max_chunk = uint64_t{4} << 20;
+  // large_chunk: the largest chunk for a large shortfall (one of at least
+  // 32 x max_chunk): it is cut into at least 16 chunks of a power-of-two
+  // multiple of max_chunk, up to this (client/chunk_sizing.h). Through
+  // gmlaked, leases of such chunks let 40 GiB move between processes in
+  // 40 chunks instead of 20,480 (docs/daemon.md, "Hand-off"). 0: never
+  // larger than max_chunk.
+  uint64_t large_chunk = uint64_t{1} << 30;
   // small_size: requests up to this many bytes are carved from single
   // chunks of their own arena and never stitched.
   uint64_t small_size = 1 << 20;

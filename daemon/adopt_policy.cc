@@ -30,7 +30,7 @@ absl::Status CheckAdoptionClaim(const AdoptionClaim& claim, int device_count) {
 }
 
 absl::Status CheckAdoptionFits(
-    int device, const std::vector<ChunkIdentity>& identities,
+    int device, const std::vector<ChunkIdentity>& identities, uint64_t bytes,
     const AdoptionRoom& room,
     const std::function<uint64_t(const ChunkIdentity&)>& held_as) {
   absl::flat_hash_map<ChunkIdentity, size_t> seen;
@@ -51,13 +51,11 @@ absl::Status CheckAdoptionFits(
     }
   }
   const uint64_t n = identities.size();
-  const uint64_t bytes = n * room.chunk_size;
-  if (n > room.room_chunks) {
+  if (bytes > room.room_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "adopting %d chunks (%s) on device %d would exceed its capacity: "
-        "%d chunks of room left (--capacity); the process keeps them, "
-        "uncounted",
-        n, FormatBytes(bytes), device, room.room_chunks));
+        "%s of room left (--capacity); the process keeps them, uncounted",
+        n, FormatBytes(bytes), device, FormatBytes(room.room_bytes)));
   }
   if (room.session_quota != 0 &&
       room.session_bytes + bytes > room.session_quota) {

@@ -9,8 +9,9 @@
 //
 //   * a claim comes with its descriptors, one per chunk, or is refused: a
 //     chunk is adopted only if the daemon itself imports it (the backend
-//     refuses anything that is not a chunk of the device's chunk size; on
-//     the host backend, a sealed memfd of exactly that size);
+//     refuses anything that is not a chunk of the size the claim gives it,
+//     a multiple of the device's unit; on the host backend, a sealed memfd
+//     of exactly that size);
 //   * a chunk the daemon holds already (the same memory under another
 //     descriptor, on backends that can tell: chunk_identity.h), or shown
 //     twice, is refused: one memory is counted once;
@@ -50,8 +51,7 @@ absl::Status CheckAdoptionClaim(const AdoptionClaim& claim, int device_count);
 
 // Where the adopted chunks would go.
 struct AdoptionRoom {
-  uint64_t chunk_size = 0;
-  uint64_t room_chunks = 0;  // capacity neither created nor set aside
+  uint64_t room_bytes = 0;  // capacity neither created nor set aside
   // Bytes the session / its uid hold (granted and in flight), and their
   // quotas (0: none).
   uint64_t session_bytes = 0, session_quota = 0;
@@ -60,12 +60,13 @@ struct AdoptionRoom {
 };
 
 // After import: whether the chunks with `identities` (one per descriptor,
-// in order; unknown ones are not compared) may be adopted. `held_as` says
+// in order; unknown ones are not compared), of `bytes` in all, may be
+// adopted. `held_as` says
 // which chunk of the books has an identity (0: none). AlreadyExists for a
 // chunk held already or shown twice, ResourceExhausted past the capacity
 // or a quota, each naming the descriptor or the flag.
 absl::Status CheckAdoptionFits(
-    int device, const std::vector<ChunkIdentity>& identities,
+    int device, const std::vector<ChunkIdentity>& identities, uint64_t bytes,
     const AdoptionRoom& room,
     const std::function<uint64_t(const ChunkIdentity&)>& held_as);
 

@@ -18,8 +18,7 @@ uint64_t NoneHeld(const ChunkIdentity&) { return 0; }
 
 AdoptionRoom Room(uint64_t room_chunks) {
   AdoptionRoom r;
-  r.chunk_size = kChunk;
-  r.room_chunks = room_chunks;
+  r.room_bytes = room_chunks * kChunk;
   r.uid = 2000;
   return r;
 }
@@ -41,20 +40,24 @@ TEST(AdoptPolicyTest, OneIdPerDescriptorOnADeviceThatExists) {
 }
 
 TEST(AdoptPolicyTest, ChunksWithinRoomAndQuotasAreAdopted) {
-  EXPECT_TRUE(CheckAdoptionFits(0, {{1, 10}, {1, 11}}, Room(2), NoneHeld).ok());
+  EXPECT_TRUE(
+      CheckAdoptionFits(0, {{1, 10}, {1, 11}}, 2 * kChunk, Room(2), NoneHeld)
+          .ok());
   // Unknown identities (the CUDA driver's descriptors) are not compared.
-  EXPECT_TRUE(CheckAdoptionFits(0, {{}, {}}, Room(2), NoneHeld).ok());
+  EXPECT_TRUE(
+      CheckAdoptionFits(0, {{}, {}}, 2 * kChunk, Room(2), NoneHeld).ok());
 }
 
 TEST(AdoptPolicyTest, OneMemoryIsCountedOnce) {
-  absl::Status twice =
-      CheckAdoptionFits(0, {{1, 10}, {1, 11}, {1, 10}}, Room(8), NoneHeld);
+  absl::Status twice = CheckAdoptionFits(0, {{1, 10}, {1, 11}, {1, 10}},
+                                         3 * kChunk, Room(8), NoneHeld);
   EXPECT_EQ(twice.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(twice.message(), HasSubstr("descriptors 0 and 2"));
   auto held = [](const ChunkIdentity& id) -> uint64_t {
     return id.ino == 11 ? 42 : 0;
   };
-  absl::Status already = CheckAdoptionFits(0, {{1, 10}, {1, 11}}, Room(8), held);
+  absl::Status already =
+      CheckAdoptionFits(0, {{1, 10}, {1, 11}}, 2 * kChunk, Room(8), held);
   EXPECT_EQ(already.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(already.message(),
               HasSubstr("descriptor 1 of the adopt request is chunk 42, which "
@@ -62,22 +65,32 @@ TEST(AdoptPolicyTest, OneMemoryIsCountedOnce) {
 }
 
 TEST(AdoptPolicyTest, NoMoreThanTheCapacityLeft) {
-  absl::Status s = CheckAdoptionFits(0, {{}, {}, {}}, Room(2), NoneHeld);
+  absl::Status s =
+      CheckAdoptionFits(0, {{}, {}, {}}, 3 * kChunk, Room(2), NoneHeld);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(s.message(), HasSubstr("2 chunks of room left (--capacity)"));
+  EXPECT_THAT(s.message(), HasSubstr("4.00 MiB of room left (--capacity)"));
+}
+
+TEST(AdoptPolicyTest, ChunksOfSeveralSizesCountByTheirBytes) {
+  // Two chunks, but 5 units of room needed: one of 4 and one of 1.
+  absl::Status s =
+      CheckAdoptionFits(0, {{}, {}}, 5 * kChunk, Room(4), NoneHeld);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(
+      CheckAdoptionFits(0, {{}, {}}, 5 * kChunk, Room(5), NoneHeld).ok());
 }
 
 TEST(AdoptPolicyTest, QuotasCountAdoptedChunks) {
   AdoptionRoom r = Room(8);
   r.session_quota = 3 * kChunk;
   r.session_bytes = 2 * kChunk;
-  EXPECT_THAT(CheckAdoptionFits(0, {{}, {}}, r, NoneHeld).message(),
+  EXPECT_THAT(CheckAdoptionFits(0, {{}, {}}, 2 * kChunk, r, NoneHeld).message(),
               HasSubstr("(--session_quota)"));
-  EXPECT_TRUE(CheckAdoptionFits(0, {{}}, r, NoneHeld).ok());
+  EXPECT_TRUE(CheckAdoptionFits(0, {{}}, kChunk, r, NoneHeld).ok());
   r = Room(8);
   r.uid_quota = 4 * kChunk;
   r.uid_bytes = 3 * kChunk;
-  absl::Status s = CheckAdoptionFits(0, {{}, {}}, r, NoneHeld);
+  absl::Status s = CheckAdoptionFits(0, {{}, {}}, 2 * kChunk, r, NoneHeld);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("uid 2000"));
   EXPECT_THAT(s.message(), HasSubstr("(--uid_quota)"));

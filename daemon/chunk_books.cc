@@ -29,8 +29,13 @@ size_t ChunkBooks::chunk_size(int device) const {
   return devices_[device].config.chunk_size;
 }
 
-uint64_t ChunkBooks::capacity_chunks(int device) const {
-  return devices_[device].config.capacity_chunks;
+uint64_t ChunkBooks::capacity_bytes(int device) const {
+  return devices_[device].config.capacity_bytes;
+}
+
+void ChunkBooks::Tally::Sub(uint64_t size) {
+  if (chunks > 0) --chunks;
+  bytes -= std::min(bytes, size);
 }
 
 ChunkBooks::Counts ChunkBooks::counts(int device) const {
@@ -39,8 +44,42 @@ ChunkBooks::Counts ChunkBooks::counts(int device) const {
 
 uint64_t ChunkBooks::room(int device) const {
   const Device& d = devices_[device];
-  const uint64_t taken = d.counts.created + d.counts.creating;
-  return d.config.capacity_chunks - std::min(taken, d.config.capacity_chunks);
+  const uint64_t taken = d.counts.created.bytes + d.counts.creating_bytes;
+  return d.config.capacity_bytes - std::min(taken, d.config.capacity_bytes);
+}
+
+uint64_t ChunkBooks::free_bytes_of_size(int device, uint64_t size) const {
+  const Device& d = devices_[device];
+  auto it = d.free_bytes_by_size.find(size);
+  return it == d.free_bytes_by_size.end() ? 0 : it->second;
+}
+
+bool ChunkBooks::CanReserve(int device, uint64_t count, uint64_t size,
+                            bool may_grow, uint64_t* short_bytes) const {
+  const Device& d = devices_[device];
+  const uint64_t want = count * size;
+  const uint64_t reuse = std::min(want, free_bytes_of_size(device, size));
+  const uint64_t to_make = want - reuse;
+  uint64_t have = may_grow ? room(device) : 0;
+  // Free chunks of other sizes that could be released to make room (pinned
+  // ones are being exported: not now).
+  for (auto it = d.free_by_size.begin();
+       it != d.free_by_size.end() && have < to_make; ++it) {
+    if (it->first == size) continue;
+    for (const auto& [uid, list] : it->second) {
+      for (uint64_t id : list) {
+        const Chunk* c = Find(id);
+        if (c != nullptr && c->state == State::kFree && c->pins == 0) {
+          have += c->size;
+          if (have >= to_make) break;
+        }
+      }
+      if (have >= to_make) break;
+    }
+  }
+  if (have >= to_make) return true;
+  if (short_bytes != nullptr) *short_bytes = to_make - have;
+  return false;
 }
 
 ChunkBooks::Chunk* ChunkBooks::Find(uint64_t id) const {
@@ -48,7 +87,7 @@ ChunkBooks::Chunk* ChunkBooks::Find(uint64_t id) const {
   return it == chunks_.end() ? nullptr : it->second.get();
 }
 
-uint64_t* ChunkBooks::CounterOf(Device* d, State state) {
+ChunkBooks::Tally* ChunkBooks::CounterOf(Device* d, State state) {
   switch (state) {
     case State::kFree:
       return &d->counts.free;
@@ -62,31 +101,73 @@ uint64_t* ChunkBooks::CounterOf(Device* d, State state) {
   return &d->counts.free;
 }
 
+void ChunkBooks::ListFree(Device* d, const Chunk& c) {
+  d->counts.free.Add(c.size);
+  d->free_by_size[c.size][c.last_uid].push_back(c.id);
+  d->free_bytes_by_size[c.size] += c.size;
+}
+
+ChunkBooks::Chunk* ChunkBooks::UnlistFree(Device* d,
+                                          std::vector<uint64_t>* list) {
+  const uint64_t id = list->back();
+  list->pop_back();
+  Chunk* c = Find(id);
+  if (c == nullptr || c->state != State::kFree) {
+    Errorf(
+        "internal error: chunk %d on a free list is not free; dropped from "
+        "the list",
+        id);
+    return nullptr;
+  }
+  d->counts.free.Sub(c->size);
+  uint64_t& of_size = d->free_bytes_by_size[c->size];
+  of_size -= std::min(of_size, c->size);
+  return c;
+}
+
+void ChunkBooks::PruneFreeLists(Device* d) {
+  for (auto s = d->free_by_size.begin(); s != d->free_by_size.end();) {
+    FreeLists& lists = s->second;
+    for (auto it = lists.begin(); it != lists.end();) {
+      if (it->second.empty()) {
+        lists.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (lists.empty()) {
+      d->free_bytes_by_size.erase(s->first);
+      d->free_by_size.erase(s++);
+    } else {
+      ++s;
+    }
+  }
+}
+
 void ChunkBooks::MakeFree(Chunk* c) {
   Device& d = devices_[c->device];
-  --*CounterOf(&d, c->state);
+  CounterOf(&d, c->state)->Sub(c->size);
   c->state = State::kFree;
   c->lease = 0;
   c->session = 0;
   c->free_since = absl::Now();
-  ++d.counts.free;
-  d.free_by_uid[c->last_uid].push_back(c->id);
+  ListFree(&d, *c);
 }
 
-uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, UniqueFd fd,
-                             ChunkIdentity identity) {
+uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, uint64_t size,
+                             UniqueFd fd, ChunkIdentity identity) {
   auto c = std::make_unique<Chunk>();
   c->id = next_id_++;
   c->device = device;
   c->handle = handle;
+  c->size = size;
   c->fd = std::move(fd);
   c->identity = identity;
   if (identity.known()) by_identity_[identity] = c->id;
   c->free_since = absl::Now();
   Device& d = devices_[device];
-  ++d.counts.created;
-  ++d.counts.free;
-  d.free_by_uid[kNoUid].push_back(c->id);
+  d.counts.created.Add(size);
+  ListFree(&d, *c);
   const uint64_t id = c->id;
   chunks_[id] = std::move(c);
   return id;
@@ -97,76 +178,124 @@ uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, UniqueFd fd,
 
 ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
                                             int64_t uid, int device,
-                                            uint64_t count) {
+                                            uint64_t count, uint64_t size,
+                                            bool may_grow) {
   Reservation r;
   r.lease = lease;
   r.session = session;
   r.uid = uid;
   r.device = device;
   r.count = count;
+  r.chunk_bytes = size;
   Device& d = devices_[device];
+  FreeLists* lists = nullptr;
+  if (auto it = d.free_by_size.find(size); it != d.free_by_size.end()) {
+    lists = &it->second;
+  }
   auto take_from = [&](int64_t from_uid) {
-    auto it = d.free_by_uid.find(from_uid);
-    if (it == d.free_by_uid.end()) return;
+    if (lists == nullptr) return;
+    auto it = lists->find(from_uid);
+    if (it == lists->end()) return;
     std::vector<uint64_t>& list = it->second;
     const bool scrub = NeedsScrub(scrub_, from_uid, uid);
     while (!list.empty() && r.clean.size() + r.dirty.size() < count) {
-      const uint64_t id = list.back();
-      list.pop_back();
-      Chunk* c = Find(id);
-      if (c == nullptr || c->state != State::kFree) {
-        Errorf(
-            "internal error: chunk %d on a free list is not free; dropped "
-            "from the list",
-            id);
-        continue;
-      }
-      --d.counts.free;
+      Chunk* c = UnlistFree(&d, &list);
+      if (c == nullptr) continue;
       c->lease = lease;
       if (scrub) {
         c->state = State::kScrubbing;
-        ++d.counts.scrubbing;
-        r.dirty.push_back(id);
+        d.counts.scrubbing.Add(c->size);
+        r.dirty.push_back(c->id);
         r.dirty_handles.push_back(c->handle);
       } else {
         c->state = State::kReserved;
-        ++d.counts.reserved;
-        r.clean.push_back(id);
+        d.counts.reserved.Add(c->size);
+        r.clean.push_back(c->id);
       }
     }
-    if (list.empty()) d.free_by_uid.erase(it);
   };
   // Chunks that need no zeroing first: fresh ones, then this uid's own.
   take_from(kNoUid);
   take_from(uid);
-  std::vector<int64_t> others;
-  for (const auto& [other, list] : d.free_by_uid) others.push_back(other);
-  std::sort(others.begin(), others.end());
-  for (int64_t other : others) {
-    if (r.clean.size() + r.dirty.size() >= count) break;
-    take_from(other);
+  if (lists != nullptr) {
+    std::vector<int64_t> others;
+    for (const auto& [other, list] : *lists) others.push_back(other);
+    std::sort(others.begin(), others.end());
+    for (int64_t other : others) {
+      if (r.clean.size() + r.dirty.size() >= count) break;
+      take_from(other);
+    }
   }
   r.to_create = count - r.clean.size() - r.dirty.size();
-  d.counts.creating += r.to_create;
-  Charge(session, uid, count * d.config.chunk_size);
+  const uint64_t to_make = r.to_create * size;
+  const uint64_t room_left = may_grow ? room(device) : 0;
+  if (to_make > room_left) {
+    r.recycled = Recycle(device, size, to_make - room_left);
+  }
+  PruneFreeLists(&d);
+  d.counts.creating_bytes += to_make;
+  Charge(session, uid, r.bytes());
   return r;
+}
+
+std::vector<ChunkBooks::Released> ChunkBooks::Recycle(int device, uint64_t size,
+                                                      uint64_t bytes) {
+  Device& d = devices_[device];
+  std::vector<Released> out;
+  uint64_t got = 0;
+  // Largest first (fewest driver calls), fresh ones before those that
+  // would need zeroing before release.
+  for (auto s = d.free_by_size.rbegin(); s != d.free_by_size.rend(); ++s) {
+    if (s->first == size) continue;
+    std::vector<int64_t> order;
+    for (const auto& [uid, list] : s->second) {
+      if (uid != kNoUid) order.push_back(uid);
+    }
+    std::sort(order.begin(), order.end());
+    order.insert(order.begin(), kNoUid);
+    for (int64_t uid : order) {
+      auto it = s->second.find(uid);
+      if (it == s->second.end()) continue;
+      std::vector<uint64_t>& list = it->second;
+      std::vector<uint64_t> pinned;
+      while (!list.empty() && got < bytes) {
+        if (const Chunk* peek = Find(list.back());
+            peek != nullptr && peek->pins > 0) {
+          pinned.push_back(list.back());
+          list.pop_back();
+          continue;
+        }
+        Chunk* c = UnlistFree(&d, &list);
+        if (c == nullptr) continue;
+        got += c->size;
+        // Back in the free counts for a moment: Take counts it out.
+        d.counts.free.Add(c->size);
+        out.push_back(Take(c));
+      }
+      list.insert(list.end(), pinned.rbegin(), pinned.rend());
+      if (got >= bytes) return out;
+    }
+  }
+  return out;
 }
 
 void ChunkBooks::AddMade(Reservation* r, std::vector<MadeChunk> made) {
   Device& d = devices_[r->device];
-  d.counts.creating -= std::min(d.counts.creating, r->to_create);
+  d.counts.creating_bytes -=
+      std::min(d.counts.creating_bytes, r->to_create * r->chunk_bytes);
   for (size_t i = 0; i < made.size() && i < r->to_create; ++i) {
     auto c = std::make_unique<Chunk>();
     c->id = next_id_++;
     c->device = r->device;
     c->handle = made[i].handle;
+    c->size = r->chunk_bytes;
     c->fd = std::move(made[i].fd);
     c->identity = made[i].identity;
     if (c->identity.known()) by_identity_[c->identity] = c->id;
     c->state = State::kReserved;
     c->lease = r->lease;
-    ++d.counts.created;
-    ++d.counts.reserved;
+    d.counts.created.Add(c->size);
+    d.counts.reserved.Add(c->size);
     r->made.push_back(c->id);
     chunks_[c->id] = std::move(c);
   }
@@ -203,22 +332,23 @@ absl::StatusOr<std::vector<uint64_t>> ChunkBooks::Grant(const Reservation& r) {
   SessionHolding& s = sessions_[r.session];
   std::vector<uint64_t> ids;
   ids.reserve(held.size());
+  Tally& on_device = s.totals.leased_by_device[r.device];
   for (Chunk* c : held) {
-    --*CounterOf(&d, c->state);
-    ++d.counts.leased;
+    CounterOf(&d, c->state)->Sub(c->size);
+    d.counts.leased.Add(c->size);
     c->state = State::kLeased;
     c->lease = 0;
     c->session = r.session;
     c->last_uid = r.uid;
     s.chunks.insert(c->id);
     ids.push_back(c->id);
+    on_device.Add(c->size);
   }
-  const uint64_t bytes = r.count * d.config.chunk_size;
+  const uint64_t bytes = r.bytes();
   s.uid = r.uid;
   s.totals.in_flight_bytes -= std::min(s.totals.in_flight_bytes, bytes);
   s.totals.leased_bytes += bytes;
   s.totals.leased_chunks += held.size();
-  s.totals.leased_chunks_by_device[r.device] += held.size();
   return ids;
 }
 
@@ -227,8 +357,7 @@ void ChunkBooks::PutBack(const Reservation& r, bool zeroed) {
     if (c->state == State::kScrubbing && zeroed) c->last_uid = kNoUid;
     MakeFree(c);
   }
-  UnchargeInFlight(r.session, r.uid,
-                   r.count * devices_[r.device].config.chunk_size);
+  UnchargeInFlight(r.session, r.uid, r.bytes());
 }
 
 // --- Chunks granted to sessions
@@ -264,15 +393,14 @@ uint64_t ChunkBooks::Free(uint64_t session, uint64_t id) {
   if (c == nullptr || c->state != State::kLeased || c->session != session) {
     return 0;
   }
-  const size_t size = devices_[c->device].config.chunk_size;
+  const uint64_t size = c->size;
   auto it = sessions_.find(session);
   if (it != sessions_.end()) {
     SessionHolding& s = it->second;
     s.chunks.erase(id);
     s.totals.leased_bytes -= std::min<uint64_t>(s.totals.leased_bytes, size);
     if (s.totals.leased_chunks > 0) --s.totals.leased_chunks;
-    uint64_t& on_device = s.totals.leased_chunks_by_device[c->device];
-    if (on_device > 0) --on_device;
+    s.totals.leased_by_device[c->device].Sub(size);
     auto u = uid_bytes_.find(s.uid);
     if (u != uid_bytes_.end()) {
       u->second -= std::min<uint64_t>(u->second, size);
@@ -398,8 +526,8 @@ uint64_t ChunkBooks::uid_bytes(int64_t uid) const {
 size_t ChunkBooks::holders(int device) const {
   size_t n = 0;
   for (const auto& [id, s] : sessions_) {
-    auto it = s.totals.leased_chunks_by_device.find(device);
-    if (it != s.totals.leased_chunks_by_device.end() && it->second > 0) ++n;
+    auto it = s.totals.leased_by_device.find(device);
+    if (it != s.totals.leased_by_device.end() && it->second.chunks > 0) ++n;
   }
   return n;
 }
@@ -413,10 +541,11 @@ ChunkBooks::Released ChunkBooks::Take(Chunk* c) {
   r.id = c->id;
   r.device = c->device;
   r.handle = c->handle;
+  r.size = c->size;
   r.fd = std::move(c->fd);
   r.held_data = c->last_uid != kNoUid;
-  --d.counts.free;
-  --d.counts.created;
+  d.counts.free.Sub(c->size);
+  d.counts.created.Sub(c->size);
   const uint64_t id = c->id;
   if (c->identity.known()) by_identity_.erase(c->identity);
   chunks_.erase(id);  // `c` is gone
@@ -427,56 +556,55 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeFreeForTrim(int device,
                                                               uint64_t bytes) {
   std::vector<Released> out;
   Device& d = devices_[device];
-  const size_t size = d.config.chunk_size;
-  // Chunks that would need zeroing before reuse go first.
-  std::vector<int64_t> order;
-  for (const auto& [uid, list] : d.free_by_uid) {
-    if (uid != kNoUid) order.push_back(uid);
-  }
-  std::sort(order.begin(), order.end());
-  order.push_back(kNoUid);
   uint64_t taken = 0;
-  for (int64_t uid : order) {
-    auto it = d.free_by_uid.find(uid);
-    if (it == d.free_by_uid.end()) continue;
-    std::vector<uint64_t>& list = it->second;
-    std::vector<uint64_t> pinned;  // being exported: not now
-    while (!list.empty() && (bytes == 0 || taken + size <= bytes)) {
-      const uint64_t id = list.back();
-      list.pop_back();
-      Chunk* c = Find(id);
-      if (c == nullptr || c->state != State::kFree) {
-        Errorf(
-            "internal error: chunk %d on a free list is not free; dropped "
-            "from the list",
-            id);
-        continue;
+  // Chunks that would need zeroing before reuse go first, then fresh ones;
+  // within each, the largest sizes first.
+  for (const bool fresh : {false, true}) {
+    for (auto s = d.free_by_size.rbegin(); s != d.free_by_size.rend(); ++s) {
+      const uint64_t size = s->first;
+      std::vector<int64_t> order;
+      for (const auto& [uid, list] : s->second) {
+        if ((uid == kNoUid) == fresh) order.push_back(uid);
       }
-      if (c->pins > 0) {
-        pinned.push_back(id);
-        continue;
+      std::sort(order.begin(), order.end());
+      for (int64_t uid : order) {
+        std::vector<uint64_t>& list = s->second[uid];
+        std::vector<uint64_t> pinned;  // being exported: not now
+        while (!list.empty() && (bytes == 0 || taken + size <= bytes)) {
+          if (const Chunk* peek = Find(list.back());
+              peek != nullptr && peek->pins > 0) {
+            pinned.push_back(list.back());
+            list.pop_back();
+            continue;
+          }
+          Chunk* c = UnlistFree(&d, &list);
+          if (c == nullptr) continue;
+          d.counts.free.Add(c->size);  // Take counts it out
+          out.push_back(Take(c));
+          taken += size;
+        }
+        list.insert(list.end(), pinned.rbegin(), pinned.rend());
       }
-      out.push_back(Take(c));
-      taken += size;
     }
-    list.insert(list.end(), pinned.rbegin(), pinned.rend());
-    if (list.empty()) d.free_by_uid.erase(it);
   }
+  PruneFreeLists(&d);
   return out;
 }
 
-DeviceHoldings ChunkBooks::Holdings(int device, uint64_t floor_chunks) const {
+DeviceHoldings ChunkBooks::Holdings(int device, uint64_t floor_bytes) const {
   const Device& d = devices_[device];
   DeviceHoldings h;
-  h.created_chunks = d.counts.created;
-  h.floor_chunks = floor_chunks;
-  h.free.reserve(d.counts.free);
-  for (const auto& [uid, list] : d.free_by_uid) {
-    for (uint64_t id : list) {
-      const Chunk* c = Find(id);
-      // One being exported (returned meanwhile) waits for the next round.
-      if (c != nullptr && c->state == State::kFree && c->pins == 0) {
-        h.free.push_back({id, c->free_since});
+  h.created_bytes = d.counts.created.bytes;
+  h.floor_bytes = floor_bytes;
+  h.free.reserve(d.counts.free.chunks);
+  for (const auto& [size, lists] : d.free_by_size) {
+    for (const auto& [uid, list] : lists) {
+      for (uint64_t id : list) {
+        const Chunk* c = Find(id);
+        // One being exported (returned meanwhile) waits for the next round.
+        if (c != nullptr && c->state == State::kFree && c->pins == 0) {
+          h.free.push_back({id, c->free_since, c->size});
+        }
       }
     }
   }
@@ -495,22 +623,23 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeFree(
       going.insert(id);
     }
   }
-  for (auto it = d.free_by_uid.begin(); it != d.free_by_uid.end();) {
-    std::vector<uint64_t>& list = it->second;
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](uint64_t id) { return going.contains(id); }),
-               list.end());
-    if (list.empty()) {
-      d.free_by_uid.erase(it++);
-    } else {
-      ++it;
+  for (auto& [size, lists] : d.free_by_size) {
+    for (auto& [uid, list] : lists) {
+      list.erase(
+          std::remove_if(list.begin(), list.end(),
+                         [&](uint64_t id) { return going.contains(id); }),
+          list.end());
     }
   }
   for (uint64_t id : ids) {
     if (!going.contains(id)) continue;
     going.erase(id);  // listed twice: once
-    out.push_back(Take(Find(id)));
+    Chunk* c = Find(id);
+    uint64_t& of_size = d.free_bytes_by_size[c->size];
+    of_size -= std::min(of_size, c->size);
+    out.push_back(Take(c));
   }
+  PruneFreeLists(&d);
   return out;
 }
 
@@ -522,6 +651,7 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
     r.id = id;
     r.device = c->device;
     r.handle = c->handle;
+    r.size = c->size;
     r.fd = std::move(c->fd);
     r.held_data = c->last_uid != kNoUid;
     out.push_back(std::move(r));
@@ -534,7 +664,8 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
   uid_bytes_.clear();
   for (Device& d : devices_) {
     d.counts = Counts{};
-    d.free_by_uid.clear();
+    d.free_by_size.clear();
+    d.free_bytes_by_size.clear();
   }
   return out;
 }
@@ -543,26 +674,27 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
 // -----------------------------------------------------------
 
 uint64_t ChunkBooks::Adopt(uint64_t session, int64_t uid, int device,
-                           ChunkHandle handle, ChunkIdentity identity) {
+                           ChunkHandle handle, uint64_t size,
+                           ChunkIdentity identity) {
   auto c = std::make_unique<Chunk>();
   c->id = next_id_++;
   c->device = device;
   c->handle = handle;
+  c->size = size;
   c->state = State::kLeased;
   c->session = session;
   c->last_uid = uid;
   c->identity = identity;
   c->adopted = true;
   Device& d = devices_[device];
-  ++d.counts.created;
-  ++d.counts.leased;
-  const uint64_t size = d.config.chunk_size;
+  d.counts.created.Add(size);
+  d.counts.leased.Add(size);
   SessionHolding& s = sessions_[session];
   s.uid = uid;
   s.chunks.insert(c->id);
   s.totals.leased_bytes += size;
   ++s.totals.leased_chunks;
-  ++s.totals.leased_chunks_by_device[device];
+  s.totals.leased_by_device[device].Add(size);
   uid_bytes_[uid] += size;
   if (identity.known()) by_identity_[identity] = c->id;
   const uint64_t id = c->id;
@@ -572,12 +704,13 @@ uint64_t ChunkBooks::Adopt(uint64_t session, int64_t uid, int device,
 
 void ChunkBooks::Drop(Chunk* c) {
   Device& d = devices_[c->device];
-  --*CounterOf(&d, c->state);
-  --d.counts.created;
+  CounterOf(&d, c->state)->Sub(c->size);
+  d.counts.created.Sub(c->size);
   Released r;
   r.id = c->id;
   r.device = c->device;
   r.handle = c->handle;
+  r.size = c->size;
   r.fd = std::move(c->fd);
   r.held_data = false;  // never zeroed: it was never the daemon's to reuse
   if (c->identity.known()) by_identity_.erase(c->identity);

@@ -27,6 +27,14 @@
 // bytes granted and the bytes of its leases in flight (which count against
 // quotas), per uid the sum.
 //
+// Chunks come in sizes: each is a multiple of its device's unit
+// (ChunkBooksDevice::chunk_size), as the lease that made it asked
+// (LeaseRequest.chunk_bytes), and a lease is served chunks of its one
+// size. Free chunks of the size a lease asks for are reused; for the rest
+// it creates new ones, and where the capacity left does not cover them it
+// takes free chunks of other sizes out of the books (Reservation::recycled)
+// for the caller to release first. Capacity, room and quotas are in bytes.
+//
 // Not thread-safe: the Lake calls it under its lock. It makes no backend
 // calls: creating, zeroing and releasing chunks is the caller's.
 
@@ -54,8 +62,10 @@
 namespace gmlake {
 
 struct ChunkBooksDevice {
+  // The unit: every chunk on the device is a positive multiple of it.
   size_t chunk_size = 0;
-  uint64_t capacity_chunks = 0;
+  // The most bytes created (and being created) at once.
+  uint64_t capacity_bytes = 0;
 };
 
 class ChunkBooks {
@@ -65,28 +75,49 @@ class ChunkBooks {
   ChunkBooks& operator=(const ChunkBooks&) = delete;
 
   int device_count() const { return static_cast<int>(devices_.size()); }
+  // The device's unit (every chunk is a multiple of it).
   size_t chunk_size(int device) const;
-  uint64_t capacity_chunks(int device) const;
+  uint64_t capacity_bytes(int device) const;
 
-  // Chunks per state on a device. created = free + reserved + scrubbing +
-  // leased; creating is capacity set aside for chunks being made.
+  // Chunks and their bytes.
+  struct Tally {
+    uint64_t chunks = 0;
+    uint64_t bytes = 0;
+    void Add(uint64_t size) {
+      ++chunks;
+      bytes += size;
+    }
+    void Sub(uint64_t size);
+  };
+  // Per state on a device. created = free + reserved + scrubbing + leased;
+  // creating_bytes is capacity set aside for chunks being made.
   struct Counts {
-    uint64_t created = 0, creating = 0;
-    uint64_t free = 0, reserved = 0, scrubbing = 0, leased = 0;
+    Tally created, free, reserved, scrubbing, leased;
+    uint64_t creating_bytes = 0;
   };
   Counts counts(int device) const;
-  // Capacity neither created nor set aside.
+  // Capacity neither created nor set aside, in bytes.
   uint64_t room(int device) const;
+  // Free chunks of `size` bytes on `device`, in bytes.
+  uint64_t free_bytes_of_size(int device, uint64_t size) const;
+  // Whether a lease of `count` chunks of `size` bytes on `device` can be
+  // reserved now: from free chunks of that size, then by creating, in the
+  // room left if `may_grow`, and in the room that releasing free chunks of
+  // other sizes (not pinned) makes. If not, `*short_bytes` says by how much.
+  bool CanReserve(int device, uint64_t count, uint64_t size, bool may_grow,
+                  uint64_t* short_bytes) const;
 
-  // A chunk made outside any lease (ahead of time): free and fresh. `fd` is
-  // its kept export, or none when chunks are exported on demand; `identity`
-  // names its memory where the backend can tell (chunk_identity.h).
-  uint64_t AddFree(int device, ChunkHandle handle, UniqueFd fd,
+  // A chunk of `size` bytes made outside any lease (ahead of time): free
+  // and fresh. `fd` is its kept export, or none when chunks are exported
+  // on demand; `identity` names its memory where the backend can tell
+  // (chunk_identity.h).
+  uint64_t AddFree(int device, ChunkHandle handle, uint64_t size, UniqueFd fd,
                    ChunkIdentity identity = {});
 
   // --- Leases in flight
   // -------------------------------------------------------
 
+  struct Released;
   // The chunks a lease in flight owns.
   struct Reservation {
     uint64_t lease = 0;
@@ -94,18 +125,24 @@ class ChunkBooks {
     int64_t uid = kNoUid;
     int device = 0;
     uint64_t count = 0;
+    uint64_t chunk_bytes = 0;     // the size of each of its chunks
     std::vector<uint64_t> clean;  // reserved: fresh or the uid's own
     std::vector<uint64_t> dirty;  // scrubbing: zero them before granting
     std::vector<ChunkHandle> dirty_handles;
-    uint64_t to_create = 0;      // capacity set aside for chunks to make
+    uint64_t to_create = 0;      // chunks to make (capacity set aside)
     std::vector<uint64_t> made;  // chunks made for it (AddMade)
+    // Free chunks of other sizes taken out of the books to make room: the
+    // caller releases them (ReleaseToDriver) before creating.
+    std::vector<Released> recycled;
+    uint64_t bytes() const { return count * chunk_bytes; }
   };
-  // Reserves `count` chunks on `device` for lease `lease` of `session`
-  // (with `uid`): free chunks, those needing no zeroing for `uid` first,
-  // and capacity for the rest. The caller has checked that free chunks and
-  // room cover `count`. Charges the session and the uid.
+  // Reserves `count` chunks of `size` bytes on `device` for lease `lease`
+  // of `session` (with `uid`): free chunks of that size, those needing no
+  // zeroing for `uid` first, and capacity for the rest, recycling free
+  // chunks of other sizes where the room left is short. The caller has
+  // checked CanReserve (with may_grow). Charges the session and the uid.
   Reservation Reserve(uint64_t lease, uint64_t session, int64_t uid, int device,
-                      uint64_t count);
+                      uint64_t count, uint64_t size, bool may_grow = true);
   // Chunks made for `r` join it (reserved, fresh); the capacity set aside
   // for it is released, whether made or not.
   struct MadeChunk {
@@ -158,7 +195,7 @@ class ChunkBooks {
     uint64_t leased_bytes = 0;     // granted
     uint64_t in_flight_bytes = 0;  // its leases in flight
     uint64_t leased_chunks = 0;
-    std::map<int, uint64_t> leased_chunks_by_device;
+    std::map<int, Tally> leased_by_device;
   };
   // What `session` holds (all zero if nothing).
   Holding holding(uint64_t session) const;
@@ -174,6 +211,7 @@ class ChunkBooks {
     uint64_t id = 0;
     int device = 0;
     ChunkHandle handle = 0;
+    uint64_t size = 0;
     UniqueFd fd;
     bool held_data = false;  // a session wrote to it since it was fresh
   };
@@ -182,8 +220,8 @@ class ChunkBooks {
   // Pinned chunks stay.
   std::vector<Released> TakeFreeForTrim(int device, uint64_t bytes);
   // What the release policy needs to know of `device`: its free chunks
-  // (pinned ones left out) and since when each is free.
-  DeviceHoldings Holdings(int device, uint64_t floor_chunks) const;
+  // (pinned ones left out), their sizes and since when each is free.
+  DeviceHoldings Holdings(int device, uint64_t floor_bytes) const;
   // Takes the free, unpinned chunks among `ids` of `device` out of the
   // books (others are left alone).
   std::vector<Released> TakeFree(int device, absl::Span<const uint64_t> ids);
@@ -198,7 +236,7 @@ class ChunkBooks {
   // the session and the uid. It is never pooled: when the session returns
   // it or ends, Free takes it out of the books into TakeDropped.
   uint64_t Adopt(uint64_t session, int64_t uid, int device, ChunkHandle handle,
-                 ChunkIdentity identity);
+                 uint64_t size, ChunkIdentity identity);
   // Adopted chunks freed since the last call, out of the books: the caller
   // releases their handles (never zeroing them: the client may still map
   // them, and their memory never goes to anyone else).
@@ -212,6 +250,7 @@ class ChunkBooks {
     uint64_t id = 0;
     int device = 0;
     ChunkHandle handle = 0;
+    uint64_t size = 0;
     UniqueFd fd;   // without export on demand: exported once, duplicated
     int pins = 0;  // exports in progress without the lock (Pin)
     State state = State::kFree;
@@ -222,11 +261,14 @@ class ChunkBooks {
     ChunkIdentity identity;     // its memory, where the backend can tell
     bool adopted = false;       // after a restart: never pooled
   };
+  // Free chunk ids by the uid that last held them (kNoUid: fresh).
+  using FreeLists = absl::flat_hash_map<int64_t, std::vector<uint64_t>>;
   struct Device {
     ChunkBooksDevice config;
     Counts counts;
-    // Free chunk ids by the uid that last held them (kNoUid: fresh).
-    absl::flat_hash_map<int64_t, std::vector<uint64_t>> free_by_uid;
+    // The free lists of each chunk size, and their bytes.
+    std::map<uint64_t, FreeLists> free_by_size;
+    std::map<uint64_t, uint64_t> free_bytes_by_size;
   };
   struct SessionHolding {
     int64_t uid = kNoUid;
@@ -243,7 +285,17 @@ class ChunkBooks {
   // The chunks `r` still holds as it left them; others are logged.
   std::vector<Chunk*> HeldBy(const Reservation& r) const;
   void MakeFree(Chunk* c);
-  uint64_t* CounterOf(Device* d, State state);
+  Tally* CounterOf(Device* d, State state);
+  // Files chunk `c`, free, under its size and its last holder's uid.
+  void ListFree(Device* d, const Chunk& c);
+  // Takes a listed free chunk (not pinned) of `d` out of its list and the
+  // free counts; null for a stale entry (logged, dropped).
+  Chunk* UnlistFree(Device* d, std::vector<uint64_t>* list);
+  // Takes free chunks of sizes other than `size` out of the books until
+  // `bytes` are released (or none is left), fresh ones first.
+  std::vector<Released> Recycle(int device, uint64_t size, uint64_t bytes);
+  // Drops emptied free lists of `d`.
+  void PruneFreeLists(Device* d);
   void Charge(uint64_t session, int64_t uid, uint64_t bytes);
   void UnchargeInFlight(uint64_t session, int64_t uid, uint64_t bytes);
   void Forget(uint64_t session);  // when it holds nothing any more

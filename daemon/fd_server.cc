@@ -375,8 +375,11 @@ bool FdServer::ServeAdopt(Conn* c, const v1::FdRequest& req,
                                        req.adopt().previous_chunk_ids().end());
   // The descriptors close when this returns: what was adopted the daemon
   // imported and holds.
-  absl::StatusOr<std::vector<uint64_t>> ids = lake_->Adopt(
-      req.session_id(), req.token(), req.adopt().device(), previous, fds);
+  const std::vector<uint64_t> sizes(req.adopt().chunk_bytes().begin(),
+                                    req.adopt().chunk_bytes().end());
+  absl::StatusOr<std::vector<uint64_t>> ids =
+      lake_->Adopt(req.session_id(), req.token(), req.adopt().device(),
+                   previous, fds, sizes);
   if (!ids.ok()) return ReplyStatus(c, ids.status(), why);
   v1::FdReply reply;
   for (uint64_t id : *ids) reply.add_chunk_ids(id);

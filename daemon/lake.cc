@@ -23,7 +23,9 @@ namespace {
 std::vector<ChunkBooksDevice> BooksDevices(const LakeOptions& options) {
   std::vector<ChunkBooksDevice> out;
   for (const LakeDeviceConfig& c : options.devices) {
-    out.push_back({c.chunk_size, c.capacity_bytes / c.chunk_size});
+    // Capacity in whole units.
+    out.push_back(
+        {c.chunk_size, c.capacity_bytes / c.chunk_size * c.chunk_size});
   }
   return out;
 }
@@ -38,6 +40,13 @@ SessionLimits Limits(const LakeOptions& o) {
   l.claim_timeout = o.claim_timeout;
   l.check_claimed_pid = o.check_claimed_pid;
   return l;
+}
+
+void FillHistogram(const Histogram& h, v1::Histogram* out) {
+  for (double b : h.upper_bounds()) out->add_upper_bounds(b);
+  for (uint64_t c : h.CumulativeCounts()) out->add_cumulative_counts(c);
+  out->set_sum(h.sum());
+  out->set_count(h.count());
 }
 
 }  // namespace
@@ -124,7 +133,7 @@ absl::Status Lake::Precreate() {
     const uint64_t n = c.precreate_bytes / c.chunk_size;
     if (n == 0) continue;
     std::vector<ChunkBooks::MadeChunk> made;
-    absl::Status s = CreateChunks(static_cast<int>(i), n, &made);
+    absl::Status s = CreateChunks(static_cast<int>(i), n, c.chunk_size, &made);
     if (!s.ok() && OutOfDescriptors(CurrentFdUsage())) {
       s = absl::ResourceExhaustedError(absl::StrCat(
           DescribeOutOfDescriptors(CurrentFdUsage()), " (", s.message(), ")"));
@@ -132,8 +141,8 @@ absl::Status Lake::Precreate() {
     {
       MutexLock lock(&mu_);
       for (ChunkBooks::MadeChunk& m : made) {
-        books_.AddFree(static_cast<int>(i), m.handle, std::move(m.fd),
-                       m.identity);
+        books_.AddFree(static_cast<int>(i), m.handle, c.chunk_size,
+                       std::move(m.fd), m.identity);
       }
     }
     if (!s.ok()) {
@@ -463,7 +472,7 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
           bytes == 0 ? 0 : bytes - std::min(bytes, released);
       if (bytes != 0 && budget < books_.chunk_size(i)) continue;
       for (ChunkBooks::Released& c : books_.TakeFreeForTrim(i, budget)) {
-        released += books_.chunk_size(i);
+        released += c.size;
         gone.push_back(std::move(c));
       }
     }
@@ -481,18 +490,20 @@ std::pair<uint64_t, uint64_t> Lake::Trim(int device, uint64_t bytes) {
 
 void Lake::ReleaseToDriver(std::vector<ChunkBooks::Released> gone) {
   if (options_.scrub != ScrubPolicy::kNever) {
-    std::map<int, std::vector<ChunkHandle>> dirty;
+    // By device and size: one scratch mapping each.
+    std::map<std::pair<int, uint64_t>, std::vector<ChunkHandle>> dirty;
     for (const ChunkBooks::Released& c : gone) {
-      if (c.held_data) dirty[c.device].push_back(c.handle);
+      if (c.held_data) dirty[{c.device, c.size}].push_back(c.handle);
     }
     uint64_t zeroed = 0;
-    for (const auto& [dev, handles] : dirty) {
-      absl::Status s = Scrub(dev, handles);
+    for (const auto& [where, handles] : dirty) {
+      const auto [dev, size] = where;
+      absl::Status s = Scrub(dev, size, handles);
       if (!s.ok()) {
         Warnf("zeroing %d chunks on device %d before release: %s",
               handles.size(), dev, s.ToString());
       } else {
-        zeroed += handles.size() * options_.devices[dev].chunk_size;
+        zeroed += handles.size() * size;
       }
     }
     if (zeroed > 0) {
@@ -516,23 +527,23 @@ std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
     if (shutting_down_) return {0, 0};
     for (int i = 0; i < books_.device_count(); ++i) {
       const ChunkBooks::Counts c = books_.counts(i);
-      const size_t size = books_.chunk_size(i);
-      const uint64_t floor = options_.devices[i].precreate_bytes / size;
+      const uint64_t floor = options_.devices[i].precreate_bytes;
       // Most rounds: nothing free above the floor, nothing to look at.
-      if (c.free == 0 || c.created <= floor) continue;
+      if (c.free.chunks == 0 || c.created.bytes <= floor) continue;
       const ReleasePlan plan =
           PlanRelease(options_.release, books_.Holdings(i, floor), now);
       if (plan.release.empty()) continue;
       std::vector<ChunkBooks::Released> taken =
           books_.TakeFree(i, plan.release);
-      const uint64_t bytes = taken.size() * size;
+      uint64_t bytes = 0;
+      for (const ChunkBooks::Released& r : taken) bytes += r.size;
       released += bytes;
       lines.push_back(absl::StrFormat(
           "device %d: released %d chunks (%s) free for %s or more to the "
           "driver (--release_idle); %s still created",
           i, taken.size(), FormatBytes(bytes),
           absl::FormatDuration(options_.release.idle_after),
-          FormatBytes(books_.counts(i).created * size)));
+          FormatBytes(books_.counts(i).created.bytes)));
       for (ChunkBooks::Released& r : taken) gone.push_back(std::move(r));
     }
     if (gone.empty()) return {0, 0};
@@ -571,39 +582,33 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_zeroed_bytes(zeroed_bytes_);
   out->set_reclaimed_bytes(reclaimed_bytes_);
   out->set_pressure_rounds(pressure_rounds_);
-  v1::Histogram* wait = out->mutable_pressure_wait_seconds();
-  for (double b : pressure_wait_.upper_bounds()) wait->add_upper_bounds(b);
-  for (uint64_t c : pressure_wait_.CumulativeCounts()) {
-    wait->add_cumulative_counts(c);
-  }
-  wait->set_sum(pressure_wait_.sum());
-  wait->set_count(pressure_wait_.count());
+  FillHistogram(pressure_wait_, out->mutable_pressure_wait_seconds());
+  FillHistogram(handoff_, out->mutable_handoff_seconds());
+  out->set_recycled_bytes(recycled_bytes_);
   for (int i = 0; i < books_.device_count(); ++i) {
     const ChunkBooks::Counts c = books_.counts(i);
-    const uint64_t size = books_.chunk_size(i);
-    // Chunks of leases in flight count as leased.
-    const uint64_t leased = c.leased + c.reserved;
     v1::DeviceStatus* ds = out->add_devices();
     ds->set_device(i);
-    ds->set_chunk_size(size);
-    ds->set_capacity_bytes(books_.capacity_chunks(i) * size);
-    ds->set_created_bytes(c.created * size);
-    ds->set_leased_bytes(leased * size);
-    ds->set_free_bytes(c.free * size);
-    ds->set_scrubbing_bytes(c.scrubbing * size);
-    ds->set_creating_bytes(c.creating * size);
-    ds->set_created_chunks(c.created);
-    ds->set_leased_chunks(leased);
-    ds->set_free_chunks(c.free);
-    ds->set_scrubbing_chunks(c.scrubbing);
+    ds->set_chunk_size(books_.chunk_size(i));
+    ds->set_capacity_bytes(books_.capacity_bytes(i));
+    ds->set_created_bytes(c.created.bytes);
+    // Chunks of leases in flight count as leased.
+    ds->set_leased_bytes(c.leased.bytes + c.reserved.bytes);
+    ds->set_free_bytes(c.free.bytes);
+    ds->set_scrubbing_bytes(c.scrubbing.bytes);
+    ds->set_creating_bytes(c.creating_bytes);
+    ds->set_created_chunks(c.created.chunks);
+    ds->set_leased_chunks(c.leased.chunks + c.reserved.chunks);
+    ds->set_free_chunks(c.free.chunks);
+    ds->set_scrubbing_chunks(c.scrubbing.chunks);
     // Why the free chunks are still held: the floor, or not idle long
     // enough yet.
     const uint64_t floor_bytes = options_.devices[i].precreate_bytes;
     ds->set_floor_bytes(floor_bytes);
-    const ReleasePlan plan = PlanRelease(
-        options_.release, books_.Holdings(i, floor_bytes / size), now);
-    ds->set_floor_kept_bytes(plan.floor_kept_chunks * size);
-    ds->set_idle_bytes((plan.release.size() + plan.later_chunks) * size);
+    const ReleasePlan plan =
+        PlanRelease(options_.release, books_.Holdings(i, floor_bytes), now);
+    ds->set_floor_kept_bytes(plan.floor_kept_bytes);
+    ds->set_idle_bytes(plan.release_bytes + plan.later_bytes);
     ds->set_next_release_seconds(
         !plan.release.empty() ? 0
         : plan.next_due == absl::InfiniteFuture()
@@ -612,9 +617,9 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   }
   // Chunks of ended sessions that wait for their process to exit.
   for (const auto& [id, s] : sessions_.ended()) {
-    for (const auto& [dev, n] : books_.holding(id).leased_chunks_by_device) {
+    for (const auto& [dev, n] : books_.holding(id).leased_by_device) {
       v1::DeviceStatus* ds = out->mutable_devices(dev);
-      ds->set_ending_bytes(ds->ending_bytes() + n * books_.chunk_size(dev));
+      ds->set_ending_bytes(ds->ending_bytes() + n.bytes);
     }
   }
   std::vector<const Session*> list;
@@ -643,12 +648,12 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
       du->set_used_bytes(u.used_bytes);
       du->set_cached_bytes(u.cached_bytes);
     }
-    for (const auto& [dev, n] : h.leased_chunks_by_device) {
-      if (n == 0) continue;
+    for (const auto& [dev, n] : h.leased_by_device) {
+      if (n.chunks == 0) continue;
       v1::DeviceLeased* dl = ss->add_leased();
       dl->set_device(dev);
-      dl->set_chunks(n);
-      dl->set_bytes(n * books_.chunk_size(dev));
+      dl->set_chunks(n.chunks);
+      dl->set_bytes(n.bytes);
     }
   }
 }

@@ -62,8 +62,9 @@
 namespace gmlake {
 
 struct LakeDeviceConfig {
-  // Size of every chunk on the device: a positive multiple of the backend's
-  // granularity.
+  // The unit of chunks on the device: a positive multiple of the backend's
+  // granularity. Every chunk is a multiple of it (leases name their chunks'
+  // size); precreated chunks and leases that name none are of this size.
   size_t chunk_size = 0;
   // The most bytes the lake creates on the device (rounded down to chunks).
   uint64_t capacity_bytes = 0;
@@ -139,7 +140,7 @@ struct SessionTicket {
 struct LeaseGrant {
   uint64_t lease_id = 0;
   int device = 0;
-  size_t chunk_size = 0;
+  size_t chunk_size = 0;  // of each of its chunks
   std::vector<uint64_t> chunk_ids;
 };
 
@@ -217,12 +218,17 @@ class Lake {
 
   // --- Leases ----------------------------------------------------------------
 
-  // Leases `count` chunks on `device` to a bound session, all or nothing,
-  // asking other sessions for memory and waiting up to reclaim_timeout if
-  // needed. ResourceExhausted with a message naming the quota, or what was
-  // asked and what the lake has.
+  // Leases `count` chunks of `chunk_bytes` each (0: the device's
+  // chunk_size; else a multiple of it) on `device` to a bound session, all
+  // or nothing, asking other sessions for memory and waiting up to
+  // reclaim_timeout if needed. Free chunks of that size are reused; the
+  // rest are created, where the capacity left is short after releasing
+  // free chunks of other sizes. ResourceExhausted with a message naming
+  // the quota, or what was asked and what the lake has; InvalidArgument
+  // for a size that is no multiple of the device's chunk_size.
   absl::StatusOr<LeaseGrant> Lease(uint64_t session, absl::string_view token,
-                                   int device, uint64_t count);
+                                   int device, uint64_t count,
+                                   uint64_t chunk_bytes = 0);
   // Starts delivering a lease: returns its chunk ids (at most once per
   // lease). NotFound for an unknown or already claimed lease,
   // PermissionDenied for another session's lease.
@@ -245,7 +251,8 @@ class Lake {
 
   // Adopts into `session` (bound, with `token`) the chunks its process still
   // holds from the daemon before this one, shown by `fds`, one descriptor
-  // per chunk of `device` (`previous_ids`: their ids then, for the log).
+  // per chunk of `device` (`previous_ids`: their ids then, for the log;
+  // `sizes`: each chunk's, or empty: all of the device's chunk_size).
   // Each descriptor is imported; the chunks are leased to the session at
   // once, counted against capacity and quotas, and dropped (never pooled)
   // when the session returns them or ends. All or nothing. Returns the
@@ -255,7 +262,8 @@ class Lake {
   // past capacity or a quota.
   absl::StatusOr<std::vector<uint64_t>> Adopt(
       uint64_t session, absl::string_view token, int device,
-      absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds);
+      absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds,
+      absl::Span<const uint64_t> sizes = {});
 
   // --- Operators -------------------------------------------------------------
 
@@ -334,31 +342,30 @@ class Lake {
   // requests in `after` (false: run them without the lock and call again),
   // waiting on `freed_` in between while answers are due. Errors end the
   // lease.
-  absl::StatusOr<bool> AdmitLeaseLocked(uint64_t session,
-                                        absl::string_view token, int device,
-                                        uint64_t count, LeaseWait* wait,
-                                        ChunkBooks::Reservation* r,
-                                        Aftermath* after)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> AdmitLeaseLocked(
+      uint64_t session, absl::string_view token, int device, uint64_t count,
+      uint64_t chunk_bytes, LeaseWait* wait, ChunkBooks::Reservation* r,
+      Aftermath* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lease's checks that need no waiting: bound session, device, count,
   // quotas.
-  absl::Status CheckLeaseLocked(const Session& s, int device,
-                                uint64_t count) const
+  absl::Status CheckLeaseLocked(const Session& s, int device, uint64_t count,
+                                uint64_t chunk_bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the lake has on `device`, for a lease that is short.
-  std::string DescribeShortLocked(const Session& s, int device,
-                                  uint64_t count) const
+  std::string DescribeShortLocked(const Session& s, int device, uint64_t count,
+                                  uint64_t chunk_bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether every session `wait` asked has answered (or ended).
   bool AllAnsweredLocked(const LeaseWait& wait) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A round of pressure for a lease `available` chunks short of `count`:
+  // A round of pressure for a lease `short_bytes` short:
   // true when requests are queued in `after`; false when nobody (else) is
   // there to ask and prefer_reclaim switched to creating; an error ends the
   // lease (nobody to ask, or it may not wait).
   absl::StatusOr<bool> AskForMemoryLocked(const Session& s, int device,
-                                          uint64_t count, uint64_t available,
-                                          LeaseWait* wait, Aftermath* after)
+                                          uint64_t count, uint64_t chunk_bytes,
+                                          uint64_t short_bytes, LeaseWait* wait,
+                                          Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts the lease as waiting for memory, unless the caps say it may not
   // wait (ResourceExhausted).
@@ -398,13 +405,15 @@ class Lake {
   // Imports the descriptors of an adoption (without the lock); on failure
   // releases what it imported.
   absl::Status ImportAdopted(int device, absl::Span<const UniqueFd> fds,
+                             absl::Span<const uint64_t> sizes,
                              std::vector<ChunkHandle>* handles,
                              std::vector<ChunkIdentity>* identities);
   void ReleaseHandles(absl::Span<const ChunkHandle> handles);
-  // Zeroes chunks through a scratch mapping.
-  absl::Status Scrub(int device, absl::Span<const ChunkHandle> handles);
-  // Creates and exports `n` chunks on `device`.
-  absl::Status CreateChunks(int device, uint64_t n,
+  // Zeroes chunks of `size` bytes each through a scratch mapping.
+  absl::Status Scrub(int device, uint64_t size,
+                     absl::Span<const ChunkHandle> handles);
+  // Creates and exports `n` chunks of `size` bytes on `device`.
+  absl::Status CreateChunks(int device, uint64_t n, uint64_t size,
                             std::vector<ChunkBooks::MadeChunk>* out);
 
   VmmBackend* const backend_;
@@ -435,7 +444,11 @@ class Lake {
   uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t recycled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   Histogram pressure_wait_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
+  // Whole leases (asked to granted) that took memory other sessions gave
+  // back: the hand-off from one process to another, as gmlaked sees it.
+  Histogram handoff_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
 };
 
 }  // namespace gmlake

@@ -17,12 +17,36 @@ namespace gmlake {
 
 absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
     uint64_t session, absl::string_view token, int device,
-    absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds) {
+    absl::Span<const uint64_t> previous_ids, absl::Span<const UniqueFd> fds,
+    absl::Span<const uint64_t> sizes) {
   if (absl::Status s =
           CheckAdoptionClaim({device, fds.size(), previous_ids.size()},
                              static_cast<int>(options_.devices.size()));
       !s.ok()) {
     return s;
+  }
+  // Each chunk's size: as claimed (the import checks it where the backend
+  // can), a multiple of the device's unit.
+  const uint64_t unit = options_.devices[device].chunk_size;
+  std::vector<uint64_t> chunk_sizes(sizes.begin(), sizes.end());
+  if (chunk_sizes.empty()) chunk_sizes.assign(fds.size(), unit);
+  if (chunk_sizes.size() != fds.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "an adopt request with %d descriptors and %d chunk sizes: give one "
+        "size per descriptor, or none",
+        fds.size(), chunk_sizes.size()));
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < chunk_sizes.size(); ++i) {
+    const uint64_t size = chunk_sizes[i];
+    if (size == 0 || size % unit != 0 ||
+        size > options_.devices[device].capacity_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d of the adopt request claims %d bytes: chunks on device "
+          "%d are multiples of %s, at most its capacity; nothing was adopted",
+          i, size, device, FormatBytes(unit)));
+    }
+    bytes += size;
   }
   {
     MutexLock lock(&mu_);
@@ -39,7 +63,8 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
   // device's size (a sealed memfd of that size on the host backend).
   std::vector<ChunkHandle> handles;
   std::vector<ChunkIdentity> identities;
-  if (absl::Status s = ImportAdopted(device, fds, &handles, &identities);
+  if (absl::Status s =
+          ImportAdopted(device, fds, chunk_sizes, &handles, &identities);
       !s.ok()) {
     return s;
   }
@@ -53,8 +78,7 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
           "session %d ended while its chunks were being adopted", session));
     } else {
       AdoptionRoom room;
-      room.chunk_size = books_.chunk_size(device);
-      room.room_chunks = books_.room(device);
+      room.room_bytes = books_.room(device);
       const ChunkBooks::Holding h = books_.holding(session);
       room.session_bytes = h.leased_bytes + h.in_flight_bytes;
       room.session_quota = options_.session_quota_bytes;
@@ -62,20 +86,19 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
       room.uid_bytes = books_.uid_bytes(s->peer.uid);
       room.uid_quota = options_.uid_quota_bytes;
       refused = CheckAdoptionFits(
-          device, identities, room,
+          device, identities, bytes, room,
           [this](const ChunkIdentity& id)
               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return books_.HeldAs(id); });
       if (refused.ok()) {
         for (size_t i = 0; i < handles.size(); ++i) {
           ids.push_back(books_.Adopt(session, s->peer.uid, device, handles[i],
-                                     identities[i]));
+                                     chunk_sizes[i], identities[i]));
         }
         adopted_chunks_ += ids.size();
         Logf(
             "%s: adopted %d chunks (%s) on device %d that its process held "
             "from the gmlaked before",
-            s->Label(), ids.size(),
-            FormatBytes(ids.size() * books_.chunk_size(device)), device);
+            s->Label(), ids.size(), FormatBytes(bytes), device);
       }
     }
   }
@@ -89,10 +112,11 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
 }
 
 absl::Status Lake::ImportAdopted(int device, absl::Span<const UniqueFd> fds,
+                                 absl::Span<const uint64_t> sizes,
                                  std::vector<ChunkHandle>* handles,
                                  std::vector<ChunkIdentity>* identities) {
-  const size_t size = options_.devices[device].chunk_size;
   for (size_t i = 0; i < fds.size(); ++i) {
+    const uint64_t size = sizes[i];
     absl::StatusOr<ChunkHandle> h =
         backend_->ImportChunk(fds[i].get(), device, size);
     if (!h.ok()) {

@@ -21,7 +21,8 @@ namespace gmlake {
 
 absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
-                                       uint64_t count) {
+                                       uint64_t count, uint64_t chunk_bytes) {
+  const absl::Time start = absl::Now();
   LeaseWait wait;
   wait.deadline = absl::Now() + options_.reclaim_timeout;
   wait.reclaim_first = options_.prefer_reclaim;
@@ -33,8 +34,8 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
     absl::StatusOr<bool> reserved;
     {
       MutexLock lock(&mu_);
-      reserved =
-          AdmitLeaseLocked(session, token, device, count, &wait, &r, &after);
+      reserved = AdmitLeaseLocked(session, token, device, count, chunk_bytes,
+                                  &wait, &r, &after);
       if (!reserved.ok()) {
         ++leases_failed_;
         NotePressureWaitLocked(wait.pressure_since);
@@ -48,13 +49,17 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
 
   // The slow work, without the lock: the chunks are the lease's alone
   // (reserved or scrubbing), so nothing else touches them meanwhile.
+  // Free chunks of other sizes go first, to make room for the new ones.
+  ReleaseToDriver(std::move(r.recycled));
   if (!r.dirty.empty() && options_.testonly_before_lease_scrub) {
     options_.testonly_before_lease_scrub();
   }
-  absl::Status scrubbed = Scrub(r.device, r.dirty_handles);
+  absl::Status scrubbed = Scrub(r.device, r.chunk_bytes, r.dirty_handles);
   std::vector<ChunkBooks::MadeChunk> made;
   absl::Status created = absl::OkStatus();
-  if (scrubbed.ok()) created = CreateChunks(r.device, r.to_create, &made);
+  if (scrubbed.ok()) {
+    created = CreateChunks(r.device, r.to_create, r.chunk_bytes, &made);
+  }
   // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
   // when the daemon is out of descriptors, that is the cause to name.
   const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();
@@ -63,11 +68,16 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   absl::StatusOr<LeaseGrant> grant =
       FinishLeaseLocked(&r, scrubbed, created, fds, std::move(made));
   NotePressureWaitLocked(wait.pressure_since);
+  // A hand-off: memory that other sessions gave back, now this one's.
+  if (grant.ok() && wait.pressure_since != absl::InfiniteFuture()) {
+    handoff_.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
   return grant;
 }
 
 absl::Status Lake::CheckLeaseLocked(const Session& s, int device,
-                                    uint64_t count) const {
+                                    uint64_t count,
+                                    uint64_t chunk_bytes) const {
   if (!s.bound) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "session %d is not bound: connect to the fd socket %s and bind it "
@@ -80,14 +90,22 @@ absl::Status Lake::CheckLeaseLocked(const Session& s, int device,
         books_.device_count() - 1));
   }
   if (count == 0) return absl::InvalidArgumentError("a lease of 0 chunks");
-  const size_t size = books_.chunk_size(device);
-  const uint64_t capacity = books_.capacity_chunks(device);
-  if (count > capacity) {
+  const uint64_t unit = books_.chunk_size(device);
+  if (chunk_bytes % unit != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a lease of chunks of %d bytes on device %d: chunk sizes there are "
+        "multiples of %s (gmlaked's --chunk_size)",
+        chunk_bytes, device, FormatBytes(unit)));
+  }
+  const uint64_t size = chunk_bytes == 0 ? unit : chunk_bytes;
+  const uint64_t capacity = books_.capacity_bytes(device);
+  // Divided, not multiplied: a count and a size from the client may
+  // overflow.
+  if (size > capacity || count > capacity / size) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "lease of %d chunks (%s) on device %d is more than the lake's whole "
-        "capacity there, %d chunks (%s, --capacity)",
-        count, FormatBytes(count * size), device, capacity,
-        FormatBytes(capacity * size)));
+        "lease of %d chunks of %s on device %d is more than the lake's whole "
+        "capacity there, %s (--capacity)",
+        count, FormatBytes(size), device, FormatBytes(capacity)));
   }
   // Quotas count what the session and uid hold, including leases of
   // theirs still in flight.
@@ -115,23 +133,25 @@ absl::Status Lake::CheckLeaseLocked(const Session& s, int device,
 }
 
 std::string Lake::DescribeShortLocked(const Session& s, int device,
-                                      uint64_t count) const {
-  const size_t size = books_.chunk_size(device);
+                                      uint64_t count,
+                                      uint64_t chunk_bytes) const {
   const ChunkBooks::Counts c = books_.counts(device);
   return absl::StrFormat(
-      "lease of %d chunks (%s) on device %d for %s: the lake has %s free and "
-      "%s of capacity left (%s in all, %s leased to %d sessions)",
-      count, FormatBytes(count * size), device, s.Label(),
-      FormatBytes(c.free * size), FormatBytes(books_.room(device) * size),
-      FormatBytes(books_.capacity_chunks(device) * size),
-      FormatBytes((c.leased + c.reserved) * size), books_.holders(device));
+      "lease of %d chunks of %s (%s) on device %d for %s: the lake has %s "
+      "free (%s in chunks of that size) and %s of capacity left (%s in all, "
+      "%s leased to %d sessions)",
+      count, FormatBytes(chunk_bytes), FormatBytes(count * chunk_bytes), device,
+      s.Label(), FormatBytes(c.free.bytes),
+      FormatBytes(books_.free_bytes_of_size(device, chunk_bytes)),
+      FormatBytes(books_.room(device)),
+      FormatBytes(books_.capacity_bytes(device)),
+      FormatBytes(c.leased.bytes + c.reserved.bytes), books_.holders(device));
 }
 
-absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
-                                            absl::string_view token, int device,
-                                            uint64_t count, LeaseWait* wait,
-                                            ChunkBooks::Reservation* r,
-                                            Aftermath* after) {
+absl::StatusOr<bool> Lake::AdmitLeaseLocked(
+    uint64_t session, absl::string_view token, int device, uint64_t count,
+    uint64_t chunk_bytes, LeaseWait* wait, ChunkBooks::Reservation* r,
+    Aftermath* after) {
   for (;;) {
     if (shutting_down_) {
       return absl::UnavailableError("gmlaked is shutting down");
@@ -147,14 +167,22 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
     }
     wait->admitted_once = true;
     Session* s = *found;
-    if (absl::Status ok = CheckLeaseLocked(*s, device, count); !ok.ok()) {
+    if (absl::Status ok = CheckLeaseLocked(*s, device, count, chunk_bytes);
+        !ok.ok()) {
       return ok;
     }
-    const uint64_t free = books_.counts(device).free;
-    const uint64_t available =
-        free + (wait->reclaim_first ? 0 : books_.room(device));
-    if (available >= count) {
-      *r = books_.Reserve(next_lease_++, session, s->peer.uid, device, count);
+    const uint64_t size =
+        chunk_bytes != 0 ? chunk_bytes : books_.chunk_size(device);
+    // With reclaim_first the lake does not grow: free chunks of the size,
+    // or of others released to make room, only.
+    const bool may_grow = !wait->reclaim_first;
+    uint64_t short_bytes = 0;
+    if (books_.CanReserve(device, count, size, may_grow, &short_bytes)) {
+      *r = books_.Reserve(next_lease_++, session, s->peer.uid, device, count,
+                          size, may_grow);
+      for (const ChunkBooks::Released& c : r->recycled) {
+        recycled_bytes_ += c.size;
+      }
       return true;
     }
     // Ask sessions for memory: first round at once, and another round
@@ -163,7 +191,7 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
     // still not enough.
     if (AllAnsweredLocked(*wait)) {
       absl::StatusOr<bool> asked =
-          AskForMemoryLocked(*s, device, count, available, wait, after);
+          AskForMemoryLocked(*s, device, count, size, short_bytes, wait, after);
       if (!asked.ok()) return asked.status();
       if (*asked) {
         ++pressure_rounds_;
@@ -182,7 +210,7 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(uint64_t session,
       return absl::ResourceExhaustedError(absl::StrFormat(
           "%s; asked %d other sessions to return memory and they did not "
           "return enough within %s (--reclaim_timeout)",
-          DescribeShortLocked(*s, device, count), wait->asked.size(),
+          DescribeShortLocked(*s, device, count, size), wait->asked.size(),
           absl::FormatDuration(options_.reclaim_timeout)));
     }
     freed_.WaitWithDeadline(&mu_, wait->deadline);
@@ -197,21 +225,19 @@ bool Lake::AllAnsweredLocked(const LeaseWait& wait) const {
   return true;
 }
 
-absl::StatusOr<bool> Lake::AskForMemoryLocked(const Session& s, int device,
-                                              uint64_t count,
-                                              uint64_t available,
-                                              LeaseWait* wait,
-                                              Aftermath* after) {
+absl::StatusOr<bool> Lake::AskForMemoryLocked(
+    const Session& s, int device, uint64_t count, uint64_t chunk_bytes,
+    uint64_t short_bytes, LeaseWait* wait, Aftermath* after) {
   // From here the lease waits for answers, holding its thread.
   if (absl::Status may = StartWaitingLocked(s.peer.uid, wait); !may.ok()) {
     if (wait->reclaim_first) {  // do not wait: create what is missing
       wait->reclaim_first = false;
       return false;
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        DescribeShortLocked(s, device, count), "; ", may.message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DescribeShortLocked(s, device, count, chunk_bytes), "; ",
+                     may.message()));
   }
-  const uint64_t short_bytes = (count - available) * books_.chunk_size(device);
   std::vector<uint64_t> more =
       SendPressureLocked(s, device, short_bytes, wait->asked, after);
   if (more.empty()) {
@@ -221,13 +247,14 @@ absl::StatusOr<bool> Lake::AskForMemoryLocked(const Session& s, int device,
     }
     return absl::ResourceExhaustedError(
         wait->asked.empty()
-            ? absl::StrCat(DescribeShortLocked(s, device, count),
+            ? absl::StrCat(DescribeShortLocked(s, device, count, chunk_bytes),
                            "; no other session holds memory there to ask "
                            "for")
-            : absl::StrFormat("%s; asked %d other sessions to return memory "
-                              "and they returned less",
-                              DescribeShortLocked(s, device, count),
-                              wait->asked.size()));
+            : absl::StrFormat(
+                  "%s; asked %d other sessions to return memory "
+                  "and they returned less",
+                  DescribeShortLocked(s, device, count, chunk_bytes),
+                  wait->asked.size()));
   }
   for (uint64_t id : more) {
     const Session* a = sessions_.Live(id);
@@ -276,7 +303,6 @@ void Lake::StopWaitingLocked(LeaseWait* wait) {
 std::vector<uint64_t> Lake::SendPressureLocked(
     const Session& asker, int device, uint64_t bytes,
     absl::Span<const uint64_t> exclude, Aftermath* after) {
-  const size_t size = books_.chunk_size(device);
   std::vector<PressureCandidate> candidates;
   for (const auto& [id, s] : sessions_.live()) {
     if (id == asker.id || s->sink == nullptr) continue;
@@ -284,11 +310,11 @@ std::vector<uint64_t> Lake::SendPressureLocked(
       continue;
     }
     const ChunkBooks::Holding h = books_.holding(id);
-    auto n = h.leased_chunks_by_device.find(device);
-    if (n == h.leased_chunks_by_device.end() || n->second == 0) continue;
+    auto n = h.leased_by_device.find(device);
+    if (n == h.leased_by_device.end() || n->second.chunks == 0) continue;
     auto u = s->usage.find(device);
     candidates.push_back({id, u == s->usage.end() ? 0 : u->second.cached_bytes,
-                          n->second * size});
+                          n->second.bytes});
   }
   const std::string reason = absl::StrFormat(
       "%s needs %s on device %d", asker.Label(), FormatBytes(bytes), device);
@@ -355,11 +381,11 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
     return failure;
   }
   chunks_scrubbed_ += r->dirty.size();
-  zeroed_bytes_ += r->dirty.size() * books_.chunk_size(r->device);
+  zeroed_bytes_ += r->dirty.size() * r->chunk_bytes;
   LeaseGrant grant;
   grant.lease_id = r->lease;
   grant.device = r->device;
-  grant.chunk_size = books_.chunk_size(r->device);
+  grant.chunk_size = r->chunk_bytes;
   grant.chunk_ids = *std::move(granted);
   sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, absl::Now());
   ++leases_served_;
@@ -449,9 +475,9 @@ absl::StatusOr<uint64_t> Lake::ReturnChunks(
 // --- Backend work, without the lock
 // --------------------------------------------
 
-absl::Status Lake::Scrub(int device, absl::Span<const ChunkHandle> handles) {
+absl::Status Lake::Scrub(int device, uint64_t size,
+                         absl::Span<const ChunkHandle> handles) {
   if (handles.empty()) return absl::OkStatus();
-  const size_t size = options_.devices[device].chunk_size;
   // Map them side by side into one scratch range, fill with zeros, unmap.
   absl::StatusOr<VirtualRange> range =
       VirtualRange::Reserve(backend_, size * handles.size());
@@ -473,9 +499,8 @@ absl::Status Lake::Scrub(int device, absl::Span<const ChunkHandle> handles) {
   return s;
 }
 
-absl::Status Lake::CreateChunks(int device, uint64_t n,
+absl::Status Lake::CreateChunks(int device, uint64_t n, uint64_t size,
                                 std::vector<ChunkBooks::MadeChunk>* out) {
-  const size_t size = options_.devices[device].chunk_size;
   for (uint64_t i = 0; i < n; ++i) {
     absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
     if (!h.ok()) return h.status();

@@ -232,7 +232,11 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
           "device %d does not exist: gmlaked serves devices 0..%d", device,
           o.devices.size() - 1)));
     }
-    const uint64_t size = o.devices[device].chunk_size;
+    // In chunks of the size asked for (the lease checks it), else the
+    // device's unit.
+    const uint64_t size = request->chunk_bytes() != 0
+                              ? request->chunk_bytes()
+                              : o.devices[device].chunk_size;
     count = request->bytes() / size + (request->bytes() % size != 0);
   }
   if (count > kMaxChunksPerLease) {
@@ -241,7 +245,8 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
                         kMaxChunksPerLease)));
   }
   absl::StatusOr<LeaseGrant> g =
-      lake_->Lease(request->session_id(), request->token(), device, count);
+      lake_->Lease(request->session_id(), request->token(), device, count,
+                   request->chunk_bytes());
   if (!g.ok()) return ToGrpc(g.status());
   if (context->IsCancelled()) {
     // The client gave up (deadline, or it is gone): it will never know

@@ -40,6 +40,17 @@ void Counter(PrometheusText* t, absl::string_view name, absl::string_view help,
   t->Sample(name, {}, value);
 }
 
+void HistogramFamily(PrometheusText* t, absl::string_view name,
+                     absl::string_view help, const v1::Histogram& h) {
+  t->Family(name, "histogram", help);
+  t->Histogram(
+      name, {},
+      std::vector<double>(h.upper_bounds().begin(), h.upper_bounds().end()),
+      std::vector<uint64_t>(h.cumulative_counts().begin(),
+                            h.cumulative_counts().end()),
+      h.sum(), h.count());
+}
+
 }  // namespace
 
 std::string RenderMetrics(const v1::StatusResponse& st) {
@@ -142,16 +153,18 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
           "Rounds of pressure requests: one per lease that had to ask "
           "others, one more each time it asked further.",
           st.pressure_rounds());
-  const v1::Histogram& h = st.pressure_wait_seconds();
-  t.Family("gmlake_pressure_wait_seconds", "histogram",
-           "How long leases that asked others for memory took, from the "
-           "first request to the answer, served or failed.");
-  t.Histogram(
-      "gmlake_pressure_wait_seconds", {},
-      std::vector<double>(h.upper_bounds().begin(), h.upper_bounds().end()),
-      std::vector<uint64_t>(h.cumulative_counts().begin(),
-                            h.cumulative_counts().end()),
-      h.sum(), h.count());
+  HistogramFamily(&t, "gmlake_pressure_wait_seconds",
+                  "How long leases that asked others for memory took, from "
+                  "the first request to the answer, served or failed.",
+                  st.pressure_wait_seconds());
+  HistogramFamily(&t, "gmlake_handoff_seconds",
+                  "Hand-offs: whole leases (asked to granted) served with "
+                  "memory that other sessions gave back under pressure.",
+                  st.handoff_seconds());
+  Counter(&t, "gmlake_recycled_bytes_total",
+          "Free chunks of other sizes released to make room for a lease's "
+          "new chunks.",
+          st.recycled_bytes());
   Counter(&t, "gmlake_reclaimed_bytes_total",
           "Bytes taken back from sessions that ended holding them (process "
           "gone, connection dropped, closed without returning).",

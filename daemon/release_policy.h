@@ -6,9 +6,11 @@
 // lake) without anyone running `gmlakectl trim`.
 //
 //   * A free chunk that has not been leased for `idle_after` goes back.
-//   * Never below the floor: a device keeps at least `floor_chunks` created
+//   * Never below the floor: a device keeps at least `floor_bytes` created
 //     (--precreate), whether leased or free. The free chunks that the floor
 //     keeps are the most recently used ones; the longest idle go first.
+//     Chunks have sizes (chunk_books.h): one goes only if the device stays
+//     at or above the floor without it.
 //   * At most `max_chunks_per_round` per device per round, so that one
 //     round (zeroing, release, a driver call per chunk) does not hold up
 //     the daemon's loop for long; the next round takes the rest.
@@ -37,27 +39,29 @@ struct ReleasePolicy {
   bool enabled() const { return idle_after > absl::ZeroDuration(); }
 };
 
-// A free chunk and since when it is free.
+// A free chunk, since when it is free, and its size.
 struct FreeChunk {
   uint64_t id = 0;
   absl::Time free_since;
+  uint64_t bytes = 0;
 };
 
 // One device's books, as the policy needs them.
 struct DeviceHoldings {
-  uint64_t created_chunks = 0;  // free + leased + scrubbing
-  uint64_t floor_chunks = 0;    // kept however idle (--precreate)
+  uint64_t created_bytes = 0;   // free + leased + scrubbing
+  uint64_t floor_bytes = 0;     // kept however idle (--precreate)
   std::vector<FreeChunk> free;  // every free chunk, in any order
 };
 
 struct ReleasePlan {
   // To release now, longest idle first.
   std::vector<uint64_t> release;
-  // Free chunks the floor keeps (never released while it holds).
-  uint64_t floor_kept_chunks = 0;
-  // Free chunks above the floor not released in this round, and when the
+  uint64_t release_bytes = 0;
+  // Free bytes the floor keeps (never released while it holds).
+  uint64_t floor_kept_bytes = 0;
+  // Free bytes above the floor not released in this round, and when the
   // first of them is due (InfiniteFuture when none is, or never).
-  uint64_t later_chunks = 0;
+  uint64_t later_bytes = 0;
   absl::Time next_due = absl::InfiniteFuture();
 };
 

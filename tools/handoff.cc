@@ -90,6 +90,7 @@ int HandoffHolderMain(const std::string& socket, uint64_t bytes,
   DaemonSourceOptions d;
   d.socket_path = socket;
   d.name = "handoff holder";
+  d.large_chunk = options->large_chunk;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return fail(source.status().message());
@@ -140,6 +141,7 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   DaemonSourceOptions d;
   d.socket_path = (*daemon)->socket();
   d.name = "handoff taker";
+  d.large_chunk = options->large_chunk;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return source.status();
@@ -149,7 +151,6 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   HandoffResult r;
   r.bytes = config.bytes;
   r.chunk_size = (*source)->chunk_size(0);
-  r.chunks = r.chunk_size == 0 ? 0 : config.bytes / r.chunk_size;
   r.backend_description = before->backend_description();
   // The busy process is running already: its device context exists (on
   // the cuda backend a first context costs ~0.2 s, which is no hand-off).
@@ -167,6 +168,9 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
     absl::StatusOr<DevicePtr> p = allocator.Malloc(config.bytes, 0, 0);
     const auto t1 = std::chrono::steady_clock::now();
     r.taker_calls = (*source)->backend()->call_stats() - calls0;
+    // One import per chunk: their sizes are the allocator's and the
+    // source's to choose (client/chunk_sizing.h).
+    r.chunks = r.taker_calls.Count(VmmCall::kImport);
     if (!p.ok()) {
       return absl::Status(p.status().code(),
                           absl::StrCat("handoff: the busy process's malloc(",
@@ -179,6 +183,8 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   absl::StatusOr<v1::StatusResponse> after = (*daemon)->Status();
   if (!after.ok()) return after.status();
   r.pressure_rounds = after->pressure_rounds() - before->pressure_rounds();
+  r.daemon_handoff_seconds =
+      after->handoff_seconds().sum() - before->handoff_seconds().sum();
   const double reclaim =
       PressureWaitSeconds(*after) - PressureWaitSeconds(*before);
 
@@ -209,10 +215,13 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
 
 std::string FormatHandoff(const HandoffResult& r) {
   std::string out = absl::StrFormat(
-      "hand-off of %s in %llu chunks of %s (%s): %.1f ms from malloc to its "
-      "return, %llu pressure round(s)\n",
+      "hand-off of %s in %llu chunks (%s each on average; gmlaked's unit %s; "
+      "%s): %.1f ms from malloc to its return (gmlaked's lease: %.1f ms), "
+      "%llu pressure round(s)\n",
       FormatBytes(r.bytes), static_cast<unsigned long long>(r.chunks),
+      FormatBytes(r.chunks == 0 ? 0 : r.bytes / r.chunks),
       FormatBytes(r.chunk_size), r.backend_description, r.total_seconds * 1e3,
+      r.daemon_handoff_seconds * 1e3,
       static_cast<unsigned long long>(r.pressure_rounds));
   absl::StrAppendFormat(&out, "%-28s %10s %8s %7s\n", "PHASE", "MS", "CALLS",
                         "SHARE");
@@ -238,6 +247,7 @@ std::string HandoffJson(const HandoffResult& r) {
   out["backend"] = r.backend_description;
   out["total_seconds"] = r.total_seconds;
   out["pressure_rounds"] = r.pressure_rounds;
+  out["daemon_handoff_seconds"] = r.daemon_handoff_seconds;
   out["holder_chunks_returned"] = r.holder_chunks_returned;
   for (const HandoffPhase& p : r.phases) {
     out["phases"].push_back(

@@ -49,13 +49,15 @@ struct HandoffPhase {
 
 struct HandoffResult {
   uint64_t bytes = 0;
-  uint64_t chunk_size = 0;  // gmlaked's
-  uint64_t chunks = 0;      // bytes / chunk_size
+  uint64_t chunk_size = 0;  // gmlaked's unit
+  uint64_t chunks = 0;      // the chunks handed over (the busy one's imports)
   double total_seconds = 0;
   std::vector<HandoffPhase> phases;  // in the order of the header
   VmmCallSnapshot taker_calls;       // the busy process's, in its malloc
   VmmCallSnapshot holder_calls;      // the holder's, while it gave back
   uint64_t pressure_rounds = 0;      // gmlaked's, during the malloc
+  // gmlaked's own figure for the lease (StatusResponse.handoff_seconds).
+  double daemon_handoff_seconds = 0;
   uint64_t holder_chunks_returned = 0;
   std::string backend_description;  // gmlaked's backend
 };

@@ -3,7 +3,7 @@
 and real descriptors. The time is reported, not judged (timings belong in
 benchmarks); the calls are asserted: one import and one map per chunk, one
 access call for the whole range, every chunk reclaimed from the holder in
-one pressure round."""
+one pressure round, and a large hand-off in few large chunks."""
 import json
 import os
 import subprocess
@@ -26,14 +26,14 @@ def handoff(*flags):
 
 
 class HandoffTest(unittest.TestCase):
-    def check(self, r, size, chunk):
-        chunks = size // chunk
+    def check(self, r, size, chunks, unit=2 * MiB):
         print(f"hand-off of {size // MiB} MiB in {chunks} chunks: "
               f"{r['total_seconds'] * 1e3:.1f} ms",
               {p["name"]: round(p["seconds"] * 1e3, 2) for p in r["phases"]})
-        self.assertEqual(r["chunk_size"], chunk)
+        self.assertEqual(r["chunk_size"], unit)
         self.assertEqual(r["chunks"], chunks)
         self.assertGreater(r["total_seconds"], 0)
+        self.assertGreater(r["daemon_handoff_seconds"], 0)
         taker = r["taker_calls"]
         self.assertEqual(taker["import"]["calls"], chunks)
         self.assertEqual(taker["map"]["calls"], chunks)
@@ -49,12 +49,19 @@ class HandoffTest(unittest.TestCase):
         self.assertAlmostEqual(sum(p["seconds"] for p in r["phases"]),
                                r["total_seconds"], places=6)
 
-    def test_granule_chunks(self):
-        self.check(handoff("--bytes=256MiB"), 256 * MiB, 2 * MiB)
+    def test_chunks_of_the_unit(self):
+        self.check(handoff("--bytes=256MiB", "--conf=large_chunk:0"),
+                   256 * MiB, 128)
 
-    def test_large_chunks(self):
-        self.check(handoff("--bytes=256MiB", "--chunk_size=32MiB"),
-                   256 * MiB, 32 * MiB)
+    def test_large_requests_move_in_large_chunks(self):
+        # 1 GiB in 64 chunks of 16 MiB (client/chunk_sizing.h: at least 64
+        # chunks, of a power of two times the unit): the holder leased
+        # them so, gmlaked takes them back whole and leases them again.
+        self.check(handoff("--bytes=1GiB"), 1024 * MiB, 64)
+
+    def test_a_larger_unit(self):
+        self.check(handoff("--bytes=256MiB", "--chunk_size=32MiB",
+                           "--conf=large_chunk:0"), 256 * MiB, 8, 32 * MiB)
 
     def test_bad_size_is_refused(self):
         out = subprocess.run([BIN, "--bytes=lots"], capture_output=True,

@@ -39,7 +39,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
   absl::StatusOr<AllocatorOptions> options =
       ParseConf(config.conf, AllocatorOptions{});
   if (!options.ok()) return options.status();
-  EmbeddedLake lake(backend->get(), options->chunk_size, options->max_chunk);
+  EmbeddedLake lake(backend->get(), options->chunk_size, options->max_chunk,
+                    options->large_chunk);
   if (capacity != 0) {
     if (absl::Status s = lake.SetCapacity(0, capacity); !s.ok()) return s;
   }

@@ -113,8 +113,12 @@ for f in "${OUT}"/client_[ab].txt; do
     say "ok: $(basename "$f"): the restarted gmlaked adopted ${got} of the ${held} chunks it held"
   fi
 done
-if [ "$after_restart" -gt $((after_kill + 512)) ]; then
-  say "FAIL: the restart grew used memory by $((after_restart - after_kill)) MiB (adoption must not copy)"; failed=1
+# The new gmlaked's own CUDA context is ~0.5 GiB; a copy of what the
+# clients hold (~10 GiB) would be far more.
+if [ "$after_restart" -gt $((after_kill + 1024)) ]; then
+  say "FAIL: the restart grew used memory by $((after_restart - after_kill)) MiB (adoption must not copy; gmlaked's context is ~0.5 GiB)"; failed=1
+else
+  say "ok: the restart grew used memory by $((after_restart - after_kill)) MiB: gmlaked's own context, no copy"
 fi
 if [ "$((with_c - without_c))" -lt 256 ]; then
   say "FAIL: killing the third client with gmlaked down freed only $((with_c - without_c)) MiB"; failed=1

@@ -1,0 +1,36 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/chunk_sizing.h"
+
+#include <algorithm>
+
+namespace gmlake {
+
+std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing) {
+  std::vector<ChunkRun> runs;
+  if (bytes == 0 || sizing.unit == 0) return runs;
+  // base rounded down to whole units, at least one.
+  const uint64_t base =
+      std::max<uint64_t>(sizing.base / sizing.unit, 1) * sizing.unit;
+  const uint64_t split = std::max<uint64_t>(sizing.min_split, 1);
+  uint64_t size = base;
+  // Doubling while the doubled size still fits `split` times (divided, not
+  // multiplied: no overflow) and stays within large_chunk.
+  while (size <= sizing.large_chunk / 2 && size * 2 <= bytes / split) {
+    size *= 2;
+  }
+  uint64_t left = bytes;
+  if (size > base) {
+    runs.push_back({size, left / size});
+    left %= size;
+  }
+  if (left >= base) {
+    runs.push_back({base, left / base});
+    left %= base;
+  }
+  // The last piece, whole units (bytes is a multiple of unit).
+  if (left > 0) runs.push_back({left, 1});
+  return runs;
+}
+
+}  // namespace gmlake

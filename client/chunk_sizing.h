@@ -1,0 +1,56 @@
+// Copyright 2026 The GMLake Authors.
+//
+// How a shortfall of bytes is cut into new chunks (pure). Both lakes use it:
+// the embedded one when it creates chunks, DaemonChunkSource when it leases
+// them (LeaseRequest.chunk_bytes), so a process gets the same chunks from
+// either.
+//
+//   * Chunks of `base` bytes (the allocator's max_chunk in an embedded lake,
+//     gmlaked's unit through a daemon): small enough to stitch finely.
+//   * A large shortfall, at least 2 x `min_split` x base, in chunks of a
+//     power-of-two multiple of base, the largest that still cuts it into at
+//     least `min_split` chunks, at most `large_chunk`. Every driver call
+//     (create, export, import, map, access) costs per chunk whatever its
+//     size (~35 us per cuMemSetAccess on an H200), so 40 GiB in 512 MiB
+//     chunks is 80 calls of each where 2 MiB chunks are 20,480; and a chunk
+//     of at most 1/min_split of the request it serves still lets a later
+//     stitch take it apart in pieces of that size. 64 keeps every shipped
+//     trace within its targets; 16 does not (docs/design.md, "Chunk
+//     sizes").
+//   * What is left over: chunks of base, and one smaller (a multiple of
+//     `unit`) for the last piece.
+//
+// Sizes are few (powers of two times base), so free chunks of a size are
+// found again by the next request that cuts the same way.
+
+#ifndef GMLAKE_CLIENT_CHUNK_SIZING_H_
+#define GMLAKE_CLIENT_CHUNK_SIZING_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace gmlake {
+
+struct ChunkSizing {
+  uint64_t unit = 0;         // every size is a multiple of it (> 0)
+  uint64_t base = 0;         // chunks of a small shortfall (0: unit)
+  uint64_t large_chunk = 0;  // the largest chunk (0 or <= base: base)
+  uint64_t min_split = 64;   // a large shortfall gets at least this many
+};
+
+// `count` chunks of `size` bytes.
+struct ChunkRun {
+  uint64_t size = 0;
+  uint64_t count = 0;
+  bool operator==(const ChunkRun& o) const {
+    return size == o.size && count == o.count;
+  }
+};
+
+// The chunks for a shortfall of `bytes` (a multiple of sizing.unit), largest
+// first; their sizes sum to `bytes`. Empty for 0 bytes.
+std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing);
+
+}  // namespace gmlake
+
+#endif  // GMLAKE_CLIENT_CHUNK_SIZING_H_

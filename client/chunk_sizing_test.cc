@@ -1,0 +1,88 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/chunk_sizing.h"
+
+#include <cstdint>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+ChunkSizing Sizing(uint64_t base = 4 * kMiB, uint64_t large = kGiB) {
+  return {2 * kMiB, base, large, 16};
+}
+
+TEST(ChunkSizingTest, SmallShortfallsInChunksOfBaseAndOneLastPiece) {
+  EXPECT_THAT(PlanChunks(10 * kMiB, Sizing()),
+              ElementsAre(ChunkRun{4 * kMiB, 2}, ChunkRun{2 * kMiB, 1}));
+  EXPECT_THAT(PlanChunks(2 * kMiB, Sizing()),
+              ElementsAre(ChunkRun{2 * kMiB, 1}));
+  // Up to 2 x 16 x base, still base: nothing coarser than today.
+  EXPECT_THAT(PlanChunks(124 * kMiB, Sizing()),
+              ElementsAre(ChunkRun{4 * kMiB, 31}));
+  EXPECT_TRUE(PlanChunks(0, Sizing()).empty());
+}
+
+TEST(ChunkSizingTest, LargeShortfallsInFewLargeChunks) {
+  // 40 GiB: 1 GiB chunks (the cap), 40 of them.
+  EXPECT_THAT(PlanChunks(40 * kGiB, Sizing()), ElementsAre(ChunkRun{kGiB, 40}));
+  // 1 GiB: at least 16 chunks, so 64 MiB.
+  EXPECT_THAT(PlanChunks(kGiB, Sizing()), ElementsAre(ChunkRun{64 * kMiB, 16}));
+  // 10 GiB: 512 MiB x 20.
+  EXPECT_THAT(PlanChunks(10 * kGiB, Sizing()),
+              ElementsAre(ChunkRun{512 * kMiB, 20}));
+  // 128 MiB: 8 MiB x 16.
+  EXPECT_THAT(PlanChunks(128 * kMiB, Sizing()),
+              ElementsAre(ChunkRun{8 * kMiB, 16}));
+  // What does not divide: the large ones, then base, then the last piece.
+  EXPECT_THAT(PlanChunks(kGiB + 6 * kMiB, Sizing()),
+              ElementsAre(ChunkRun{64 * kMiB, 16}, ChunkRun{4 * kMiB, 1},
+                          ChunkRun{2 * kMiB, 1}));
+}
+
+TEST(ChunkSizingTest, NoLargeChunkMeansBaseOnly) {
+  EXPECT_THAT(PlanChunks(40 * kGiB, Sizing(4 * kMiB, 0)),
+              ElementsAre(ChunkRun{4 * kMiB, 10240}));
+  EXPECT_THAT(PlanChunks(40 * kGiB, Sizing(4 * kMiB, 4 * kMiB)),
+              ElementsAre(ChunkRun{4 * kMiB, 10240}));
+  // A base of 0 or below the unit: the unit.
+  EXPECT_THAT(PlanChunks(6 * kMiB, Sizing(0, 0)),
+              ElementsAre(ChunkRun{2 * kMiB, 3}));
+  EXPECT_THAT(PlanChunks(6 * kMiB, Sizing(kMiB, 0)),
+              ElementsAre(ChunkRun{2 * kMiB, 3}));
+}
+
+TEST(ChunkSizingTest, EverySizeIsAUnitMultipleAndTheyAddUp) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t units = rng() % (uint64_t{1} << (rng() % 40)) + 1;
+    const uint64_t bytes = units * 2 * kMiB;
+    const ChunkSizing s = Sizing((rng() % 8 + 1) * 2 * kMiB,
+                                 (uint64_t{1} << (rng() % 12)) * 2 * kMiB);
+    uint64_t sum = 0, last = UINT64_MAX;
+    for (const ChunkRun& r : PlanChunks(bytes, s)) {
+      ASSERT_EQ(r.size % (2 * kMiB), 0u) << bytes;
+      ASSERT_GT(r.count, 0u);
+      ASSERT_LT(r.size, last);  // largest first, each size once
+      last = r.size;
+      sum += r.size * r.count;
+    }
+    ASSERT_EQ(sum, bytes);
+  }
+  // Near the top of uint64: no overflow.
+  const uint64_t huge = (UINT64_MAX / (2 * kMiB)) * (2 * kMiB);
+  uint64_t sum = 0;
+  for (const ChunkRun& r : PlanChunks(huge, Sizing())) sum += r.size * r.count;
+  EXPECT_EQ(sum, huge);
+}
+
+}  // namespace
+}  // namespace gmlake
