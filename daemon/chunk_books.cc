@@ -125,6 +125,32 @@ ChunkBooks::Chunk* ChunkBooks::UnlistFree(Device* d,
   return c;
 }
 
+uint64_t ChunkBooks::TakeUnpinned(Device* d, std::vector<uint64_t>* list,
+                                  uint64_t budget, bool may_exceed,
+                                  std::vector<Released>* out) {
+  uint64_t taken = 0;
+  std::vector<uint64_t> pinned;  // being exported: not now
+  while (!list->empty()) {
+    const Chunk* next = Find(list->back());
+    if (next != nullptr && next->pins > 0) {
+      pinned.push_back(list->back());
+      list->pop_back();
+      continue;
+    }
+    const uint64_t size = next == nullptr ? 0 : next->size;
+    if (budget != 0 && (may_exceed ? taken >= budget : taken + size > budget)) {
+      break;
+    }
+    Chunk* c = UnlistFree(d, list);
+    if (c == nullptr) continue;
+    d->counts.free.Add(c->size);  // back for a moment: Take counts it out
+    taken += c->size;
+    out->push_back(Take(c));
+  }
+  list->insert(list->end(), pinned.rbegin(), pinned.rend());
+  return taken;
+}
+
 void ChunkBooks::PruneFreeLists(Device* d) {
   for (auto s = d->free_by_size.begin(); s != d->free_by_size.end();) {
     FreeLists& lists = s->second;
@@ -256,23 +282,8 @@ std::vector<ChunkBooks::Released> ChunkBooks::Recycle(int device, uint64_t size,
     for (int64_t uid : order) {
       auto it = s->second.find(uid);
       if (it == s->second.end()) continue;
-      std::vector<uint64_t>& list = it->second;
-      std::vector<uint64_t> pinned;
-      while (!list.empty() && got < bytes) {
-        if (const Chunk* peek = Find(list.back());
-            peek != nullptr && peek->pins > 0) {
-          pinned.push_back(list.back());
-          list.pop_back();
-          continue;
-        }
-        Chunk* c = UnlistFree(&d, &list);
-        if (c == nullptr) continue;
-        got += c->size;
-        // Back in the free counts for a moment: Take counts it out.
-        d.counts.free.Add(c->size);
-        out.push_back(Take(c));
-      }
-      list.insert(list.end(), pinned.rbegin(), pinned.rend());
+      got +=
+          TakeUnpinned(&d, &it->second, bytes - got, /*may_exceed=*/true, &out);
       if (got >= bytes) return out;
     }
   }
@@ -568,22 +579,10 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeFreeForTrim(int device,
       }
       std::sort(order.begin(), order.end());
       for (int64_t uid : order) {
-        std::vector<uint64_t>& list = s->second[uid];
-        std::vector<uint64_t> pinned;  // being exported: not now
-        while (!list.empty() && (bytes == 0 || taken + size <= bytes)) {
-          if (const Chunk* peek = Find(list.back());
-              peek != nullptr && peek->pins > 0) {
-            pinned.push_back(list.back());
-            list.pop_back();
-            continue;
-          }
-          Chunk* c = UnlistFree(&d, &list);
-          if (c == nullptr) continue;
-          d.counts.free.Add(c->size);  // Take counts it out
-          out.push_back(Take(c));
-          taken += size;
-        }
-        list.insert(list.end(), pinned.rbegin(), pinned.rend());
+        if (bytes != 0 && taken + size > bytes) break;
+        taken +=
+            TakeUnpinned(&d, &s->second[uid], bytes == 0 ? 0 : bytes - taken,
+                         /*may_exceed=*/false, &out);
       }
     }
   }

@@ -294,6 +294,12 @@ class ChunkBooks {
   // Takes free chunks of sizes other than `size` out of the books until
   // `bytes` are released (or none is left), fresh ones first.
   std::vector<Released> Recycle(int device, uint64_t size, uint64_t bytes);
+  // Takes free chunks off the back of `list` (one of `d`'s free lists) out
+  // of the books into `out`, leaving pinned ones listed, until `budget`
+  // bytes (0: no limit) are reached (`may_exceed`: the last one may pass
+  // it) or would be passed. Returns the bytes taken.
+  uint64_t TakeUnpinned(Device* d, std::vector<uint64_t>* list, uint64_t budget,
+                        bool may_exceed, std::vector<Released>* out);
   // Drops emptied free lists of `d`.
   void PruneFreeLists(Device* d);
   void Charge(uint64_t session, int64_t uid, uint64_t bytes);

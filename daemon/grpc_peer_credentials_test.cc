@@ -104,9 +104,9 @@ TEST_F(GrpcPeerCredentialsTest, OtherPeerStringsAreNobody) {
   peers_.Record(5, someone);
   EXPECT_TRUE(peers_.Lookup("fd:5").has_value());
   EXPECT_EQ(peers_.Lookup("fd:5")->uid, 2u);
-  for (const char* peer : {"", "fd:", "fd:-1", "fd:5x", "fd:6",
-                           "unix:/run/gmlake/gmlaked.sock", "ipv4:1.2.3.4:5",
-                           " fd:5", "fd:99999999999999999999"}) {
+  for (const char* peer :
+       {"", "fd:", "fd:-1", "fd:5x", "fd:6", "unix:/run/gmlake/gmlaked.sock",
+        "ipv4:1.2.3.4:5", " fd:5", "fd:99999999999999999999"}) {
     EXPECT_FALSE(peers_.Lookup(peer).has_value()) << peer;
   }
 }

@@ -22,6 +22,7 @@ namespace gmlake {
 namespace {
 
 using ::gmlake::testing::kTestChunk;
+using ::gmlake::testing::ReturningSink;
 using ::gmlake::testing::TestLake;
 using ::gmlake::testing::TestLakeOptions;
 using ::testing::HasSubstr;
@@ -134,39 +135,14 @@ TEST(LakeChunkSizesTest, FreeChunksOfOtherSizesMakeRoomWhenTheLakeIsFull) {
   EXPECT_THAT(more.status().message(), HasSubstr("in chunks of that size"));
 }
 
-// Records the idle session's pressure and answers it as DaemonChunkSource
-// does: returns what it holds, then reports.
-class ReturningSink : public PressureSink {
- public:
-  ReturningSink(Lake* lake, SessionTicket t, std::vector<uint64_t> ids)
-      : lake_(lake), t_(std::move(t)), ids_(std::move(ids)) {}
-  ~ReturningSink() override {
-    if (thread_.joinable()) thread_.join();
-  }
-  void Send(const Pressure& p) override {
-    if (thread_.joinable()) return;
-    thread_ = std::thread([this] {
-      EXPECT_TRUE(lake_->Return(t_.id, t_.token, ids_).ok());
-      EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {{0, 0, 0}}).ok());
-    });
-  }
-  void Close(const absl::Status&) override {}
-
- private:
-  Lake* lake_;
-  SessionTicket t_;
-  std::vector<uint64_t> ids_;
-  std::thread thread_;
-};
-
 TEST(LakeChunkSizesTest, LargeChunksHandedFromAnIdleSessionToABusyOne) {
   TestLake lake(TestLakeOptions(64));
   SessionTicket idle = lake.Open(1000, "idle");
   absl::StatusOr<LeaseGrant> held =
       lake->Lease(idle.id, idle.token, 0, 4, kLarge);
   ASSERT_TRUE(held.ok()) << held.status();
-  auto sink =
-      std::make_shared<ReturningSink>(&lake.lake(), idle, held->chunk_ids);
+  auto sink = std::make_shared<ReturningSink>(&lake.lake(), idle,
+                                              held->chunk_ids, kLarge);
   ASSERT_TRUE(lake->AttachWatcher(idle.id, idle.token, sink).ok());
   SessionTicket busy = lake.Open(1000, "busy");
   absl::StatusOr<LeaseGrant> got =

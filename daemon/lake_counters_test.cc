@@ -18,33 +18,6 @@ namespace {
 
 constexpr size_t kChunk = kTestChunk;
 
-// Answers pressure as DaemonChunkSource does, from another thread: returns
-// what was asked, then reports usage.
-class ReturningSink : public PressureSink {
- public:
-  ReturningSink(Lake* lake, SessionTicket t, std::vector<uint64_t> ids)
-      : lake_(lake), t_(std::move(t)), ids_(std::move(ids)) {}
-  ~ReturningSink() override {
-    if (thread_.joinable()) thread_.join();
-  }
-  void Send(const Pressure& p) override {
-    if (p.bytes == 0 || thread_.joinable()) return;
-    thread_ = std::thread([this, p] {
-      std::vector<uint64_t> give(ids_.begin(), ids_.begin() + p.bytes / kChunk);
-      EXPECT_TRUE(lake_->Return(t_.id, t_.token, give).ok());
-      DeviceUsageReport u{0, 0, 0};
-      EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {u}).ok());
-    });
-  }
-  void Close(const absl::Status&) override {}
-
- private:
-  Lake* lake_;
-  SessionTicket t_;
-  std::vector<uint64_t> ids_;
-  std::thread thread_;
-};
-
 TEST(LakeCounters, PressureRoundsAndTheirWaitAreCounted) {
   TestLake lake(TestLakeOptions(4));
   SessionTicket idle = lake.Open(1000, "idle");

@@ -9,8 +9,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/vmm.h"
 #include "daemon/lake.h"
@@ -69,6 +72,41 @@ class TestLake {
  private:
   std::unique_ptr<VmmBackend> backend_;
   std::unique_ptr<Lake> lake_;
+};
+
+// Answers pressure as DaemonChunkSource does, from another thread: returns
+// chunks of `ids` (each `chunk_bytes`) from the front until they cover
+// what was asked, then reports usage. Answers the first request only.
+class ReturningSink : public PressureSink {
+ public:
+  ReturningSink(Lake* lake, SessionTicket t, std::vector<uint64_t> ids,
+                uint64_t chunk_bytes = kTestChunk)
+      : lake_(lake),
+        t_(std::move(t)),
+        ids_(std::move(ids)),
+        chunk_bytes_(chunk_bytes) {}
+  ~ReturningSink() override {
+    if (thread_.joinable()) thread_.join();
+  }
+  void Send(const Pressure& p) override {
+    if (p.bytes == 0 || thread_.joinable()) return;
+    thread_ = std::thread([this, p] {
+      const uint64_t n = std::min<uint64_t>(
+          ids_.size(), (p.bytes + chunk_bytes_ - 1) / chunk_bytes_);
+      std::vector<uint64_t> give(ids_.begin(), ids_.begin() + n);
+      EXPECT_TRUE(lake_->Return(t_.id, t_.token, give).ok());
+      DeviceUsageReport u{0, 0, 0};
+      EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {u}).ok());
+    });
+  }
+  void Close(const absl::Status&) override {}
+
+ private:
+  Lake* lake_;
+  SessionTicket t_;
+  std::vector<uint64_t> ids_;
+  uint64_t chunk_bytes_;
+  std::thread thread_;
 };
 
 }  // namespace testing

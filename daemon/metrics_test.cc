@@ -37,6 +37,13 @@ TEST(Metrics, EveryFigureOfStatusIsASeries) {
   h->add_cumulative_counts(2);
   h->set_sum(1.25);
   h->set_count(2);
+  v1::Histogram* handoff = st.mutable_handoff_seconds();
+  handoff->add_upper_bounds(0.05);
+  handoff->add_cumulative_counts(1);
+  handoff->add_cumulative_counts(1);
+  handoff->set_sum(0.036);
+  handoff->set_count(1);
+  st.set_recycled_bytes(32 << 20);
 
   const std::string text = RenderMetrics(st);
   EXPECT_THAT(text, HasSubstr("gmlake_info{backend=\"host\",protocol=\"1\","
@@ -63,6 +70,13 @@ TEST(Metrics, EveryFigureOfStatusIsASeries) {
                               " 2\n"
                               "gmlake_pressure_wait_seconds_sum 1.25\n"
                               "gmlake_pressure_wait_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE gmlake_handoff_seconds histogram\n"
+                              "gmlake_handoff_seconds_bucket{le=\"0.05\"} 1\n"
+                              "gmlake_handoff_seconds_bucket{le=\"+Inf\"} 1\n"
+                              "gmlake_handoff_seconds_sum 0.036\n"
+                              "gmlake_handoff_seconds_count 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE gmlake_recycled_bytes_total counter\n"
+                              "gmlake_recycled_bytes_total 33554432\n"));
   EXPECT_THAT(text, HasSubstr("gmlake_release_idle_seconds 60\n"));
 }
 

@@ -110,8 +110,8 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       st.protocol_version(), Age(st.uptime_seconds()), st.backend(),
       st.backend_description(), st.sessions_size() + st.sessions_hidden(),
       st.leases_served(), st.leases_failed(), st.pressure_requests_sent(),
-      st.pressure_rounds(),
-      st.chunks_scrubbed(), st.sessions_ended(), st.scrub_policy(),
+      st.pressure_rounds(), st.chunks_scrubbed(), st.sessions_ended(),
+      st.scrub_policy(),
       st.uid_quota_bytes() ? FormatBytes(st.uid_quota_bytes()) : "none",
       st.session_quota_bytes() ? FormatBytes(st.session_quota_bytes())
                                : "none");
