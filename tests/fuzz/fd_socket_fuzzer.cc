@@ -2,8 +2,9 @@
 //
 // Fuzzes gmlaked's descriptor socket (daemon/fd_server.h) in-process: a real
 // Lake on the host backend, a real FdServer on a real socket, and a script
-// of client actions read from the input: binds and claims with right and
-// wrong sessions, tokens and leases, framed garbage, raw bytes,
+// of client actions read from the input: binds, claims and adopts with
+// right and wrong sessions, tokens, leases and chunk sizes, framed garbage,
+// raw bytes,
 // descriptors sent to the daemon, reconnects, and leases, returns and
 // session ends made beside it on the Lake. Afterwards the server must have
 // closed the connection (no hang), the books must balance, and once the
@@ -72,7 +73,7 @@ class Script {
   void Run() {
     Connect();
     for (int op = 0; op < kMaxOps && !in_->empty(); ++op) {
-      Step(in_->Byte() % 9);
+      Step(in_->Byte() % 10);
     }
     Drain();
   }
@@ -204,7 +205,39 @@ class Script {
       case 8:
         lake_->CheckLiveness();
         break;
+      case 9:
+        Adopt();
+        break;
     }
+  }
+
+  // An adopt request (a client after a restart) with chunk sizes from the
+  // input: the unit, twice it, odd, huge or none; and descriptors of the
+  // last lease's chunks (which the daemon holds already) or of /dev/null.
+  void Adopt() {
+    v1::FdRequest req = Request();
+    v1::AdoptRequest* adopt = req.mutable_adopt();
+    adopt->set_device(in_->Byte() % 2);
+    const int n = in_->Byte() % 4;
+    constexpr uint64_t kSizes[] = {kChunk, 2 * kChunk, 3, uint64_t{1} << 62};
+    const bool sized = in_->Byte() % 2;
+    for (int i = 0; i < n; ++i) {
+      adopt->add_previous_chunk_ids(i + 1);
+      if (sized) adopt->add_chunk_bytes(kSizes[in_->Byte() % 4]);
+    }
+    std::vector<UniqueFd> owned;
+    if (in_->Byte() % 2 && !last_chunks_.empty()) {
+      absl::StatusOr<std::vector<UniqueFd>> fds =
+          lake_->DupChunkFds(last_owner_.id, last_chunks_);
+      if (fds.ok()) owned = *std::move(fds);
+    }
+    std::vector<int> attach;
+    for (int i = 0; i < n; ++i) {
+      attach.push_back(static_cast<size_t>(i) < owned.size() ? owned[i].get()
+                                                             : DevNull());
+    }
+    if (!broken_)
+      broken_ = !SendFds(sock_.get(), req.SerializeAsString(), attach).ok();
   }
 
   FuzzInput* const in_;

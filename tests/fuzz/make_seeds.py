@@ -65,7 +65,8 @@ write("fd_frame", "small_writes_with_fds",
 
 # --- fd_socket: a script of one-byte ops and their arguments ------------------
 # 0 bind, 1 claim, 2 lease beside, 3 return beside, 4 framed payload,
-# 5 raw bytes (framed payloads and raw bytes: 2-byte length first), 6 reconnect, 7 end session beside, 8 liveness.
+# 5 raw bytes (framed payloads and raw bytes: 2-byte length first), 6 reconnect, 7 end session beside, 8 liveness,
+# 9 adopt.
 # A request: how (bits 0-1 == 3: made-up session id; bits 2-3: token right,
 # flipped, empty, made-up), session index.
 BIND_S0 = bytes([0, 0x00, 0x00])
@@ -98,6 +99,14 @@ write("fd_socket", "reconnect_and_bind_again",
       BIND_S0 + bytes([6]) + BIND_S0 + LEASE_S0_2 + CLAIM_LAST_S0)
 write("fd_socket", "close_then_liveness",
       BIND_S0 + LEASE_S0_2 + bytes([7, 0x00, 0x01, 8]))
+# 9 adopt: how, session, device, count, sized, sizes..., real descriptors.
+write("fd_socket", "adopt_dev_null_unsized",
+      BIND_S0 + bytes([9, 0x00, 0x00, 0, 2, 0, 0]))
+write("fd_socket", "adopt_held_chunks_sized",
+      BIND_S0 + LEASE_S0_2 + bytes([9, 0x00, 0x00, 0, 2, 1, 0, 1, 1]))
+write("fd_socket", "adopt_odd_and_huge_sizes",
+      BIND_S0 + bytes([9, 0x00, 0x00, 0, 3, 1, 2, 3, 0, 0]))
+write("fd_socket", "adopt_unbound", bytes([9, 0x00, 0x00, 0, 1, 0, 0]))
 
 # --- lake_service: a script of calls ------------------------------------------
 # op: 0 OpenSession, 1 bind beside, 2 Lease, 3 Return, 4 ReportUsage,
@@ -151,5 +160,15 @@ write("lake_service", "return_anothers_chunks",
       req(b"", 3, 1) + bytes([2, 0, 1]))
 write("lake_service", "end_then_liveness",
       OPEN + BIND0 + LEASE0 + bytes([9, 0, 8]))
+# Leases naming their chunks' size (field 7): twice the unit, odd, huge,
+# and a count whose product with the size overflows.
+for name, size, count in [("lease_sized", 2 * 65536, 2),
+                          ("lease_sized_odd", 100000, 1),
+                          ("lease_sized_huge", 1 << 62, 1),
+                          ("lease_sized_overflow", 2 * 65536, 1 << 60)]:
+    write("lake_service", name,
+          OPEN + BIND0 + bytes([2]) +
+          req(field_varint(4, count) + field_varint(7, size), 3, 0) +
+          bytes([0]))
 write("lake_service", "bad_version", bytes([0]) + req(field_varint(4, 9)) +
       bytes([0]))
