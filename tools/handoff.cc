@@ -17,16 +17,11 @@
 #include "common/bytes.h"
 #include "nlohmann/json.hpp"
 #include "tools/daemon_process.h"
+#include "tools/progress_line.h"
 #include "tools/subprocess.h"
 
 namespace gmlake {
 namespace {
-
-void Progress(bool on, const std::string& line) {
-  if (!on) return;
-  std::fprintf(stderr, "\r\033[K%s", line.c_str());
-  std::fflush(stderr);
-}
 
 nlohmann::json CallsJson(const VmmCallSnapshot& s) {
   nlohmann::json out = nlohmann::json::object();

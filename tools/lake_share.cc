@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/gmlake.grpc.pb.h"
 #include "tools/daemon_process.h"
+#include "tools/progress_line.h"
 #include "tools/subprocess.h"
 #include "tools/trace.h"
 
@@ -34,12 +35,6 @@ namespace gmlake {
 namespace {
 
 constexpr uint64_t kChunk = uint64_t{2} << 20;
-
-void Progress(bool on, const std::string& line) {
-  if (!on) return;
-  std::fprintf(stderr, "\r\033[K%s", line.c_str());
-  std::fflush(stderr);
-}
 
 struct NodeView {
   uint64_t created = 0;   // bytes of chunks gmlaked holds, all devices
