@@ -23,6 +23,7 @@
 #include "client/daemon_link.h"
 #include "common/bytes.h"
 #include "common/fd_passing.h"
+#include "common/fd_usage.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
@@ -226,6 +227,30 @@ absl::Status DaemonChunkSource::Open(Rpc* link, bool first) {
     }
   }
   return MatchDevices(served);
+}
+
+size_t DaemonChunkSource::KeepRoom(size_t in_hand, size_t pending,
+                                   size_t wanted) const {
+  if (max_kept_fds_ == 0 || wanted == 0) return 0;
+  size_t kept;
+  {
+    MutexLock l(&kept_mu_);
+    kept = kept_fds_.size();
+  }
+  const size_t budget_left =
+      max_kept_fds_ > kept + pending ? max_kept_fds_ - kept - pending : 0;
+  size_t room = std::min(wanted, budget_left);
+  const FdUsage u = CurrentFdUsage();
+  if (u.limit != 0) {
+    // Without the descriptors in hand, which close unless kept, the process
+    // stays at or under half its limit: the rest of it (its sockets and
+    // files; on the host backend the imports themselves) has the other
+    // half.
+    const uint64_t without = u.open > in_hand ? u.open - in_hand : 0;
+    const uint64_t half = u.limit / 2;
+    room = std::min<uint64_t>(room, half > without ? half - without : 0);
+  }
+  return room;
 }
 
 void DaemonChunkSource::KeepFd(ChunkHandle h, UniqueFd fd) {
@@ -814,6 +839,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
         socket_broken = true;  // out of step
         break;
       }
+      const size_t batch_start = imported.size();
       for (size_t i = 0; i < fds.size() && failure.ok(); ++i) {
         if (reply->chunk_ids(i) != lease_ids[next]) {
           failure = absl::DataLossError("gmlaked sent chunks out of order");
@@ -828,8 +854,14 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
           break;
         }
         imported.push_back({*h, lease_ids[next], size});
-        if (max_kept_fds_ != 0) kept.push_back({*h, std::move(fds[i])});
         ++next;
+      }
+      // Descriptors kept for re-adoption, as many as leave the process
+      // room; the others close with `fds`.
+      const size_t keep =
+          KeepRoom(fds.size(), kept.size(), imported.size() - batch_start);
+      for (size_t i = 0; i < keep; ++i) {
+        kept.push_back({imported[batch_start + i].handle, std::move(fds[i])});
       }
       if (reply->last()) {
         if (failure.ok() && next != lease_ids.size()) {
@@ -1010,6 +1042,11 @@ std::vector<ChunkHandle> DaemonChunkSource::HeldHandles(int device) const {
   for (const auto& [h, c] : devices_[device].held) out.push_back(h);
   for (const LeasedChunk& c : devices_[device].idle) out.push_back(c.handle);
   return out;
+}
+
+size_t DaemonChunkSource::kept_descriptors() const {
+  MutexLock l(&kept_mu_);
+  return kept_fds_.size();
 }
 
 size_t DaemonChunkSource::idle_chunks(int device) const {

@@ -101,8 +101,10 @@ struct DaemonSourceOptions {
   // Keep the descriptor of each leased chunk while it is held, to show it to
   // a restarted gmlaked (re-adoption). Unset: where the backend cannot
   // export its imports again (cuda). Costs one descriptor per chunk held;
-  // the process's soft RLIMIT_NOFILE is raised to its hard limit, and at
-  // most half of it is kept.
+  // the process's soft RLIMIT_NOFILE is raised to its hard limit, and a
+  // descriptor is kept only while the process stays at or under half of
+  // it (the rest of the process has the other half). Chunks past that are
+  // not shown to a restarted gmlaked (they stay this process's, uncounted).
   std::optional<bool> keep_descriptors;
   // The protocol version to speak (0: this build's). For tests.
   uint32_t protocol_version = 0;
@@ -191,6 +193,9 @@ class DaemonChunkSource : public ChunkSource {
   // The handles of both, for tests that check what a process holds.
   std::vector<ChunkHandle> HeldHandles(int device) const;
   size_t idle_chunks(int device) const;
+  // Chunk descriptors kept for re-adoption (DaemonSourceOptions::
+  // keep_descriptors).
+  size_t kept_descriptors() const;
   // Usage reports sent on this process's own initiative (figures changed).
   uint64_t usage_reports() const { return usage_reports_.load(); }
   // Pressure requests answered so far and bytes given back for them.
@@ -273,6 +278,18 @@ class DaemonChunkSource : public ChunkSource {
   // `renamed` (handle -> new id) with those it adopted.
   absl::Status Readopt(const Rpc& link, int sock,
                        absl::flat_hash_map<ChunkHandle, uint64_t>* renamed);
+  // How many chunks to show in one adopt request: what the process's
+  // descriptors allow (ReadoptBatch's comment), at most kMaxFdsPerGroup.
+  static size_t ReadoptBatch();
+  // Descriptors to show `chunks` of `device` with (ShowableFd), of those
+  // still held as listed; fills `shown` with them, in order, and counts
+  // the ones that could not be made.
+  std::vector<UniqueFd> ShowableFdsLocked(int device,
+                                          absl::Span<const LeasedChunk> chunks,
+                                          std::vector<LeasedChunk>* shown,
+                                          size_t* failures,
+                                          absl::Status* first_failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the new ids (chunks the daemon did not adopt are kept,
   // uncounted: id 0) and returns the new ids of chunks let go meanwhile.
   std::vector<uint64_t> RenameLocked(
@@ -360,10 +377,15 @@ class DaemonChunkSource : public ChunkSource {
 
   // The descriptors kept for re-adoption (options.keep_descriptors), by
   // handle, and how many may be kept.
-  Mutex kept_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  mutable Mutex kept_mu_ ABSL_ACQUIRED_AFTER(mu_);
   absl::flat_hash_map<ChunkHandle, UniqueFd> kept_fds_
       ABSL_GUARDED_BY(kept_mu_);
   size_t max_kept_fds_ = 0;  // 0: none kept
+  // How many of `wanted` descriptors (of chunks just imported) may be kept:
+  // within max_kept_fds_ (counting `pending` ones about to be kept), and
+  // leaving the process at or under half its descriptor limit once the
+  // `in_hand` descriptors that are not kept close.
+  size_t KeepRoom(size_t in_hand, size_t pending, size_t wanted) const;
   // Keeps `fd` for `h` within the budget (else it closes).
   void KeepFd(ChunkHandle h, UniqueFd fd);
   // Drops the kept descriptor of `h`, if any.

@@ -7,6 +7,7 @@
 #include "client/daemon_chunk_source.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
+#include "common/fd_usage.h"
 #include "common/mutex.h"
 #include "common/vmm.h"
 #include "common/vmm_books.h"
@@ -445,6 +447,71 @@ TEST_F(DaemonChunkSourceTest, LargeRequestsAreLeasedInLargeChunks) {
   EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
   s->ReturnSized(0, *got);
   made->reset();
+}
+
+// Lowers this process's soft RLIMIT_NOFILE to `open now + room` until it
+// goes out of scope (gmlaked, started by fork+exec, raises its own).
+class FewDescriptors {
+ public:
+  explicit FewDescriptors(uint64_t room) {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit low = saved_;
+    low.rlim_cur = CurrentFdUsage().open + room;
+    EXPECT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  }
+  ~FewDescriptors() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
+
+// A process near its descriptor limit: the descriptors it keeps for
+// re-adoption never take the room the rest of it needs. (On a GPU an
+// imported chunk costs no descriptor, and a lease of 20,480 chunks once
+// held all their descriptors at once, past the limit: the lease failed and
+// the session was lost.) On the host backend each import holds one too.
+TEST_F(DaemonChunkSourceTest, KeptDescriptorsLeaveTheProcessRoom) {
+  Start({"--capacity=1GiB"});
+  std::unique_ptr<DaemonChunkSource> s =
+      Connect(0, "few fds", absl::Milliseconds(100), /*keep=*/true);
+  ASSERT_NE(s, nullptr);
+  absl::StatusOr<std::vector<ChunkHandle>> hs;
+  {
+    // Two batches of descriptors (253 + 47): room for the 300 imports, a
+    // batch in flight and a few more; not for keeping the first batch too.
+    FewDescriptors few(300 + 253 + 40);
+    hs = s->Acquire(0, 300);
+    ASSERT_TRUE(hs.ok()) << hs.status();
+    EXPECT_TRUE(s->daemon_status().ok()) << s->daemon_status();
+    EXPECT_LT(s->kept_descriptors(), 150u);
+  }
+  s->Return(0, *hs);
+  EXPECT_EQ(s->kept_descriptors(), 0u);
+}
+
+// Showing a restarted gmlaked what it holds exports descriptors in
+// batches that fit the room the process has, not all at once.
+TEST_F(DaemonChunkSourceTest, ReadoptionFitsInTheDescriptorsLeft) {
+  Start({"--capacity=512MiB"});
+  std::unique_ptr<DaemonChunkSource> s = Connect();
+  ASSERT_NE(s, nullptr);
+  absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 96);
+  ASSERT_TRUE(hs.ok()) << hs.status();
+  {
+    FewDescriptors few(48);  // fewer than the 96 exports at once
+    ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+    ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
+    const absl::Time deadline = absl::Now() + testing::kPatience;
+    while (s->reconnections() == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(s->reconnections(), 1u);
+    EXPECT_EQ(s->chunks_readopted(), 96u);
+  }
+  absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->devices(0).created_chunks(), 96u);
+  s->Return(0, *hs);
 }
 
 TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -16,6 +17,7 @@
 #include "client/daemon_link.h"
 #include "common/bytes.h"
 #include "common/fd_passing.h"
+#include "common/fd_usage.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
@@ -176,6 +178,41 @@ absl::Status DaemonChunkSource::Relink() {
   return absl::OkStatus();
 }
 
+size_t DaemonChunkSource::ReadoptBatch() {
+  // Each descriptor shown is open until its batch is sent: half of what
+  // the process has left under its limit, so nothing else runs out.
+  const FdUsage u = CurrentFdUsage();
+  if (u.limit == 0) return kMaxFdsPerGroup;
+  const uint64_t left = u.limit > u.open ? u.limit - u.open : 0;
+  return std::clamp<size_t>(left / 2, 1, kMaxFdsPerGroup);
+}
+
+std::vector<UniqueFd> DaemonChunkSource::ShowableFdsLocked(
+    int device, absl::Span<const LeasedChunk> chunks,
+    std::vector<LeasedChunk>* shown, size_t* failures,
+    absl::Status* first_failure) {
+  const DeviceState& d = devices_[device];
+  absl::flat_hash_set<ChunkHandle> idle;
+  for (const LeasedChunk& c : d.idle) idle.insert(c.handle);
+  std::vector<UniqueFd> fds;
+  for (const LeasedChunk& c : chunks) {
+    // Given back since the list was made (its handle may even name a chunk
+    // imported since): not shown.
+    auto held = d.held.find(c.handle);
+    const bool still = (held != d.held.end() && held->second.id == c.id) ||
+                       idle.contains(c.handle);
+    if (!still) continue;
+    absl::StatusOr<UniqueFd> fd = ShowableFd(c.handle);
+    if (!fd.ok()) {  // kept, uncounted
+      if ((*failures)++ == 0) *first_failure = fd.status();
+      continue;
+    }
+    shown->push_back(c);
+    fds.push_back(*std::move(fd));
+  }
+  return fds;
+}
+
 absl::Status DaemonChunkSource::Readopt(
     const Rpc& link, int sock,
     absl::flat_hash_map<ChunkHandle, uint64_t>* renamed) {
@@ -185,46 +222,38 @@ absl::Status DaemonChunkSource::Readopt(
     devices = devices_.size();
   }
   for (size_t dev = 0; dev < devices; ++dev) {
-    std::vector<LeasedChunk> shown;
-    std::vector<UniqueFd> fds;
+    std::vector<LeasedChunk> all;
     int daemon_device;
     {
-      // Exported (or the kept descriptor copied) under the lock, so that no
-      // chunk is released meanwhile.
       MutexLock l(&mu_);
-      DeviceState& d = devices_[dev];
+      const DeviceState& d = devices_[dev];
       daemon_device = d.daemon_device;
       if (daemon_device < 0) continue;
-      std::vector<LeasedChunk> all = d.idle;
+      all = d.idle;
       for (const auto& [h, c] : d.held) all.push_back({h, c.id, c.size});
-      absl::Status first_failure;
-      size_t failures = 0;
-      for (const LeasedChunk& c : all) {
-        absl::StatusOr<UniqueFd> fd = ShowableFd(c.handle);
-        if (!fd.ok()) {  // kept, uncounted
-          if (failures++ == 0) first_failure = fd.status();
-          continue;
-        }
-        shown.push_back(c);
-        fds.push_back(*std::move(fd));
-      }
-      if (failures != 0) {
-        std::fprintf(stderr,
-                     "gmlake: could not export %zu of the %zu chunks held on "
-                     "device %zu to show them to the restarted gmlaked (%s); "
-                     "this process keeps them, uncounted by gmlaked\n",
-                     failures, all.size(), dev,
-                     std::string(first_failure.message()).c_str());
-      }
     }
-    for (size_t at = 0; at < shown.size(); at += kMaxFdsPerGroup) {
-      const size_t n = std::min(kMaxFdsPerGroup, shown.size() - at);
+    absl::Status first_failure;
+    size_t failures = 0;
+    for (size_t at = 0; at < all.size();) {
+      const size_t n = std::min(ReadoptBatch(), all.size() - at);
+      std::vector<LeasedChunk> shown;
+      std::vector<UniqueFd> fds;
+      {
+        // Exported (or the kept descriptor copied) under the lock, so that
+        // no chunk is released meanwhile.
+        MutexLock l(&mu_);
+        fds = ShowableFdsLocked(static_cast<int>(dev),
+                                absl::MakeConstSpan(all).subspan(at, n), &shown,
+                                &failures, &first_failure);
+      }
+      at += n;
+      if (shown.empty()) continue;
       v1::FdRequest req;
       req.set_session_id(link.session);
       req.set_token(link.token);
       req.mutable_adopt()->set_device(daemon_device);
       std::vector<int> raw;
-      for (size_t i = at; i < at + n; ++i) {
+      for (size_t i = 0; i < shown.size(); ++i) {
         req.mutable_adopt()->add_previous_chunk_ids(shown[i].id);
         req.mutable_adopt()->add_chunk_bytes(shown[i].size);
         raw.push_back(fds[i].get());
@@ -233,6 +262,7 @@ absl::Status DaemonChunkSource::Readopt(
           !s.ok()) {
         return s;
       }
+      fds.clear();  // sent: the daemon has its own
       absl::StatusOr<ReceivedMessage> msg =
           RecvFds(sock, kMaxAdoptReplyBytes, 0);
       if (!msg.ok()) return msg.status();
@@ -245,17 +275,25 @@ absl::Status DaemonChunkSource::Readopt(
         std::fprintf(stderr,
                      "gmlake: gmlaked refused to adopt %zu chunks of device "
                      "%zu: %s; this process keeps them, uncounted\n",
-                     n, dev, reply.message().c_str());
+                     shown.size(), dev, reply.message().c_str());
         continue;
       }
-      if (static_cast<size_t>(reply.chunk_ids_size()) != n) {
+      if (static_cast<size_t>(reply.chunk_ids_size()) != shown.size()) {
         return absl::DataLossError(
             absl::StrFormat("gmlaked adopted %d chunks of %d shown",
-                            reply.chunk_ids_size(), n));
+                            reply.chunk_ids_size(), shown.size()));
       }
-      for (size_t i = 0; i < n; ++i) {
-        (*renamed)[shown[at + i].handle] = reply.chunk_ids(i);
+      for (size_t i = 0; i < shown.size(); ++i) {
+        (*renamed)[shown[i].handle] = reply.chunk_ids(i);
       }
+    }
+    if (failures != 0) {
+      std::fprintf(stderr,
+                   "gmlake: could not export %zu of the %zu chunks held on "
+                   "device %zu to show them to the restarted gmlaked (%s); "
+                   "this process keeps them, uncounted by gmlaked\n",
+                   failures, all.size(), dev,
+                   std::string(first_failure.message()).c_str());
     }
   }
   return absl::OkStatus();

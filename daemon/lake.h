@@ -52,7 +52,7 @@
 #include "common/vmm.h"
 #include "daemon/chunk_books.h"
 #include "daemon/chunk_identity.h"
-#include "daemon/fd_usage.h"
+#include "common/fd_usage.h"
 #include "daemon/histogram.h"
 #include "daemon/release_policy.h"
 #include "daemon/scrub_policy.h"

@@ -8,7 +8,7 @@
 
 #include <sys/resource.h>
 
-#include "daemon/fd_usage.h"
+#include "common/fd_usage.h"
 #include "daemon/lake.h"
 #include "daemon/lake_testing.h"
 #include "gmock/gmock.h"

@@ -1,6 +1,6 @@
 // Copyright 2026 The GMLake Authors.
 
-#include "daemon/fd_usage.h"
+#include "common/fd_usage.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -1,14 +1,17 @@
 // Copyright 2026 The GMLake Authors.
 //
-// How many descriptors gmlaked has open, against its limit. The daemon
-// holds descriptors per chunk (an exported one for every chunk; on the host
-// backend the memfd too), so a large lake can run out of them, and the
+// How many descriptors this process has open, against its limit.
+//
+// gmlaked holds descriptors per chunk (on the host backend the memfd; an
+// export while one is sent), so a large lake can run out of them, and the
 // driver then reports something unhelpful (cuMemExportToShareableHandle:
-// CUDA_ERROR_OPERATING_SYSTEM). Errors about creating chunks check this to
-// name the real cause instead of blaming the device.
+// CUDA_ERROR_OPERATING_SYSTEM). Its errors about creating chunks check this
+// to name the real cause instead of blaming the device. A client that keeps
+// chunk descriptors for re-adoption (DaemonChunkSource) checks it so as
+// never to take the room its process needs for anything else.
 
-#ifndef GMLAKE_DAEMON_FD_USAGE_H_
-#define GMLAKE_DAEMON_FD_USAGE_H_
+#ifndef GMLAKE_COMMON_FD_USAGE_H_
+#define GMLAKE_COMMON_FD_USAGE_H_
 
 #include <cstdint>
 #include <string>
@@ -30,9 +33,9 @@ FdUsage CurrentFdUsage();
 bool OutOfDescriptors(const FdUsage& usage);
 
 // "gmlaked is out of file descriptors (N open, limit M): ..." with what to
-// do, for messages.
+// do, for gmlaked's messages.
 std::string DescribeOutOfDescriptors(const FdUsage& usage);
 
 }  // namespace gmlake
 
-#endif  // GMLAKE_DAEMON_FD_USAGE_H_
+#endif  // GMLAKE_COMMON_FD_USAGE_H_
