@@ -50,8 +50,11 @@ uint64_t ChunkBooks::room(int device) const {
 
 uint64_t ChunkBooks::free_bytes_of_size(int device, uint64_t size) const {
   const Device& d = devices_[device];
-  auto it = d.free_bytes_by_size.find(size);
-  return it == d.free_bytes_by_size.end() ? 0 : it->second;
+  auto it = d.free_by_size.find(size);
+  if (it == d.free_by_size.end()) return 0;
+  uint64_t chunks = 0;
+  for (const auto& [uid, list] : it->second) chunks += list.size();
+  return chunks * size;
 }
 
 bool ChunkBooks::CanReserve(int device, uint64_t count, uint64_t size,
@@ -104,7 +107,6 @@ ChunkBooks::Tally* ChunkBooks::CounterOf(Device* d, State state) {
 void ChunkBooks::ListFree(Device* d, const Chunk& c) {
   d->counts.free.Add(c.size);
   d->free_by_size[c.size][c.last_uid].push_back(c.id);
-  d->free_bytes_by_size[c.size] += c.size;
 }
 
 ChunkBooks::Chunk* ChunkBooks::UnlistFree(Device* d,
@@ -120,8 +122,6 @@ ChunkBooks::Chunk* ChunkBooks::UnlistFree(Device* d,
     return nullptr;
   }
   d->counts.free.Sub(c->size);
-  uint64_t& of_size = d->free_bytes_by_size[c->size];
-  of_size -= std::min(of_size, c->size);
   return c;
 }
 
@@ -162,7 +162,6 @@ void ChunkBooks::PruneFreeLists(Device* d) {
       }
     }
     if (lists.empty()) {
-      d->free_bytes_by_size.erase(s->first);
       d->free_by_size.erase(s++);
     } else {
       ++s;
@@ -633,10 +632,7 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeFree(
   for (uint64_t id : ids) {
     if (!going.contains(id)) continue;
     going.erase(id);  // listed twice: once
-    Chunk* c = Find(id);
-    uint64_t& of_size = d.free_bytes_by_size[c->size];
-    of_size -= std::min(of_size, c->size);
-    out.push_back(Take(c));
+    out.push_back(Take(Find(id)));
   }
   PruneFreeLists(&d);
   return out;
@@ -664,7 +660,6 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
   for (Device& d : devices_) {
     d.counts = Counts{};
     d.free_by_size.clear();
-    d.free_bytes_by_size.clear();
   }
   return out;
 }

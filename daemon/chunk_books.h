@@ -266,9 +266,8 @@ class ChunkBooks {
   struct Device {
     ChunkBooksDevice config;
     Counts counts;
-    // The free lists of each chunk size, and their bytes.
+    // The free lists of each chunk size.
     std::map<uint64_t, FreeLists> free_by_size;
-    std::map<uint64_t, uint64_t> free_bytes_by_size;
   };
   struct SessionHolding {
     int64_t uid = kNoUid;
