@@ -1,6 +1,7 @@
 // Copyright 2026 The GMLake Authors.
 //
-// How a shortfall of bytes is cut into new chunks (pure). Both lakes use it:
+// Which kept chunks serve a request, and how the shortfall left is cut into
+// new chunks (pure). Both lakes use it:
 // the embedded one when it creates chunks, DaemonChunkSource when it leases
 // them (LeaseRequest.chunk_bytes), so a process gets the same chunks from
 // either.
@@ -26,6 +27,7 @@
 #ifndef GMLAKE_CLIENT_CHUNK_SIZING_H_
 #define GMLAKE_CLIENT_CHUNK_SIZING_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +52,31 @@ struct ChunkRun {
 // The chunks for a shortfall of `bytes` (a multiple of sizing.unit), largest
 // first; their sizes sum to `bytes`. Empty for 0 bytes.
 std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing);
+
+// Moves kept chunks (anything with a `size`) from `idle` to `taken` for a
+// request of `bytes`: largest first, each only if it fits what is still
+// missing, and only of `only_size` when that is nonzero. Returns the bytes
+// moved; the request's shortfall is the rest. Leaves `idle` sorted by size.
+template <typename Chunk>
+uint64_t TakeKeptChunks(std::vector<Chunk>* idle, uint64_t bytes,
+                        uint64_t only_size, std::vector<Chunk>* taken) {
+  std::sort(idle->begin(), idle->end(),
+            [](const Chunk& a, const Chunk& b) { return a.size < b.size; });
+  uint64_t have = 0;
+  std::vector<Chunk> left;
+  for (size_t i = idle->size(); i-- > 0;) {
+    const Chunk& c = (*idle)[i];
+    const bool fits = only_size != 0 ? c.size == only_size : true;
+    if (have < bytes && fits && c.size <= bytes - have) {
+      have += c.size;
+      taken->push_back(c);
+    } else {
+      left.push_back(c);
+    }
+  }
+  idle->assign(left.rbegin(), left.rend());
+  return have;
+}
 
 }  // namespace gmlake
 

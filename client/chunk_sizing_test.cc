@@ -84,5 +84,37 @@ TEST(ChunkSizingTest, EverySizeIsAUnitMultipleAndTheyAddUp) {
   EXPECT_EQ(sum, huge);
 }
 
+struct Kept {
+  int name = 0;
+  uint64_t size = 0;
+};
+
+std::vector<int> Names(const std::vector<Kept>& chunks) {
+  std::vector<int> out;
+  for (const Kept& c : chunks) out.push_back(c.name);
+  return out;
+}
+
+TEST(ChunkSizingTest, KeptChunksLargestThatFitFirst) {
+  std::vector<Kept> idle = {{1, 4 * kMiB},
+                            {2, 64 * kMiB},
+                            {3, 2 * kMiB},
+                            {4, 16 * kMiB},
+                            {5, 4 * kMiB}};
+  std::vector<Kept> taken;
+  // 22 MiB: 16 fits, then 4, then 2 (64 does not fit at all).
+  EXPECT_EQ(TakeKeptChunks(&idle, 22 * kMiB, 0, &taken), 22 * kMiB);
+  EXPECT_THAT(Names(taken), ElementsAre(4, 5, 3));
+  EXPECT_THAT(Names(idle), ElementsAre(1, 2));  // by size, left over
+  // Only chunks of one size.
+  taken.clear();
+  EXPECT_EQ(TakeKeptChunks(&idle, 100 * kMiB, 4 * kMiB, &taken), 4 * kMiB);
+  EXPECT_THAT(Names(taken), ElementsAre(1));
+  EXPECT_THAT(Names(idle), ElementsAre(2));
+  taken.clear();
+  EXPECT_EQ(TakeKeptChunks(&idle, 0, 0, &taken), 0u);
+  EXPECT_TRUE(taken.empty());
+}
+
 }  // namespace
 }  // namespace gmlake

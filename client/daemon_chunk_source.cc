@@ -702,19 +702,9 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
           FormatBytes(d.limit)));
     }
     // Idle chunks: of the unit only, or any that fit, largest first.
-    std::sort(d.idle.begin(), d.idle.end(),
-              [](const LeasedChunk& a, const LeasedChunk& b) {
-                return a.size < b.size;
-              });
-    uint64_t have = 0;
-    for (size_t i = d.idle.size(); i-- > 0 && have < bytes;) {
-      const LeasedChunk& c = d.idle[i];
-      if (any_size ? c.size > bytes - have : c.size != unit) continue;
-      have += c.size;
-      d.idle_bytes -= c.size;
-      got.push_back(c);
-      d.idle.erase(d.idle.begin() + i);
-    }
+    const uint64_t have =
+        TakeKeptChunks(&d.idle, bytes, any_size ? 0 : unit, &got);
+    d.idle_bytes -= have;
     missing = bytes - have;
     idle_epoch = epoch_;
   }
@@ -910,8 +900,7 @@ void DaemonChunkSource::Return(int device,
       auto it = d.held.find(h);
       if (it == d.held.end()) continue;  // not ours: ignored (see header)
       d.Idle({h, it->second.id, it->second.size});
-      d.held_bytes -= it->second.size;
-      d.held.erase(it);
+      d.Unhold(it);
     }
     keep = options_.idle_watermark_bytes;
   }

@@ -236,6 +236,10 @@ class DaemonChunkSource : public ChunkSource {
       held[c.handle] = {c.id, c.size};
       held_bytes += c.size;
     }
+    void Unhold(absl::flat_hash_map<ChunkHandle, HeldChunk>::iterator it) {
+      held_bytes -= it->second.size;
+      held.erase(it);
+    }
     void Idle(const LeasedChunk& c) {
       idle.push_back(c);
       idle_bytes += c.size;

@@ -84,6 +84,16 @@ class DaemonChunkSourceTest : public ::testing::Test {
     }
     return absl::OkStatus();
   }
+  // Kills gmlaked (-9), starts it again, and waits until `s` reconnected.
+  void RestartAndWaitForReconnection(DaemonChunkSource* s) {
+    ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
+    ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
+    const absl::Time deadline = absl::Now() + testing::kPatience;
+    while (s->reconnections() == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(s->reconnections(), 1u);
+  }
   uint64_t SessionChunks(uint64_t session) {
     absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
     EXPECT_TRUE(st.ok());
@@ -432,13 +442,7 @@ TEST_F(DaemonChunkSourceTest, LargeRequestsAreLeasedInLargeChunks) {
   EXPECT_EQ(st->devices(0).created_chunks(), 64u);
   EXPECT_EQ(st->recycled_bytes(), 0u);
   // Restarted, gmlaked is shown each chunk with its size.
-  ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
-  ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
-  const absl::Time deadline = absl::Now() + testing::kPatience;
-  while (s->reconnections() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_EQ(s->reconnections(), 1u);
+  ASSERT_NO_FATAL_FAILURE(RestartAndWaitForReconnection(s));
   EXPECT_EQ(s->chunks_readopted(), 64u);
   st = daemon_->Status();
   ASSERT_TRUE(st.ok());
@@ -499,13 +503,7 @@ TEST_F(DaemonChunkSourceTest, ReadoptionFitsInTheDescriptorsLeft) {
   ASSERT_TRUE(hs.ok()) << hs.status();
   {
     FewDescriptors few(48);  // fewer than the 96 exports at once
-    ASSERT_TRUE(daemon_->Stop(SIGKILL, absl::Seconds(5)).ok());
-    ASSERT_TRUE(daemon_->Restart().ok()) << daemon_->Log();
-    const absl::Time deadline = absl::Now() + testing::kPatience;
-    while (s->reconnections() == 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    ASSERT_EQ(s->reconnections(), 1u);
+    ASSERT_NO_FATAL_FAILURE(RestartAndWaitForReconnection(s.get()));
     EXPECT_EQ(s->chunks_readopted(), 96u);
   }
   absl::StatusOr<v1::StatusResponse> st = daemon_->Status();

@@ -68,17 +68,7 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
         "; raise it with set_capacity / GMLAKE_CONF=capacity:..."));
   }
   std::vector<SizedChunk> out;
-  uint64_t have = 0;
-  // Kept chunks first, largest that fits first.
-  std::sort(
-      books.idle.begin(), books.idle.end(),
-      [](const SizedChunk& a, const SizedChunk& b) { return a.size < b.size; });
-  for (size_t i = books.idle.size(); i-- > 0 && have < bytes;) {
-    if (books.idle[i].size > bytes - have) continue;
-    have += books.idle[i].size;
-    out.push_back(books.idle[i]);
-    books.idle.erase(books.idle.begin() + i);
-  }
+  const uint64_t have = TakeKeptChunks(&books.idle, bytes, 0, &out);
   for (const ChunkRun& run : PlanChunks(bytes - have, sizing_)) {
     for (uint64_t i = 0; i < run.count; ++i) {
       absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, run.size);
