@@ -143,11 +143,19 @@ TEST(LakeChunkSizesTest, LargeChunksHandedFromAnIdleSessionToABusyOne) {
   ASSERT_TRUE(held.ok()) << held.status();
   auto sink = std::make_shared<ReturningSink>(&lake.lake(), idle,
                                               held->chunk_ids, kLarge);
+  // The idle session's usage report comes late, after the busy lease is
+  // through, as it can from a slow thread (issue 16).
+  absl::Notification report_gate;
+  sink->HoldReportUntil(&report_gate);
   ASSERT_TRUE(lake->AttachWatcher(idle.id, idle.token, sink).ok());
   SessionTicket busy = lake.Open(1000, "busy");
   absl::StatusOr<LeaseGrant> got =
       lake->Lease(busy.id, busy.token, 0, 4, kLarge);
   ASSERT_TRUE(got.ok()) << got.status();
+  // Only now does the idle session report, and it reports to a session
+  // that is still there: the test awaits the answer before its lake ends.
+  report_gate.Notify();
+  EXPECT_TRUE(sink->AwaitAnswer().ok());
   // The same chunks, moved as they were: nothing made, nothing recycled.
   EXPECT_THAT(got->chunk_ids,
               ::testing::UnorderedElementsAreArray(held->chunk_ids));

@@ -36,6 +36,7 @@ TEST(LakeCounters, PressureRoundsAndTheirWaitAreCounted) {
   SessionTicket busy = lake.Open(2000, "busy");
   absl::StatusOr<LeaseGrant> got = lake->Lease(busy.id, busy.token, 0, 3);
   ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(sink->AwaitAnswer().ok());
   st = lake.Status();
   EXPECT_EQ(st.pressure_rounds(), 1u);
   const v1::Histogram& h = st.pressure_wait_seconds();

@@ -68,13 +68,22 @@ Books GetBooks(const Lake& lake, int device = 0) {
 }
 
 // Records pressure requests; optionally runs a reaction on another thread
-// (as a client would, after its Watch stream delivers the request).
+// (as a client would, after its Watch stream delivers the request). The
+// reactions call the lake, so they end before it does: LakeTest's sinks are
+// awaited in TearDown (the lake drops its sinks only while it shuts down).
 class RecordingSink : public PressureSink {
  public:
   explicit RecordingSink(std::function<void(const Pressure&)> react = nullptr)
       : react_(std::move(react)) {}
-  ~RecordingSink() override {
-    for (auto& t : threads_) t.join();
+  ~RecordingSink() override { AwaitReactions(); }
+  // Waits for every reaction started so far.
+  void AwaitReactions() {
+    std::vector<std::thread> started;
+    {
+      MutexLock l(&mu_);
+      started.swap(threads_);
+    }
+    for (std::thread& t : started) t.join();
   }
   void Send(const Pressure& p) override {
     MutexLock l(&mu_);
@@ -104,6 +113,15 @@ class RecordingSink : public PressureSink {
 
 class LakeTest : public ::testing::Test {
  public:  // the helpers below use it too
+  // A sink whose reactions end before the lake (issue 16).
+  std::shared_ptr<RecordingSink> MakeSink(
+      std::function<void(const Pressure&)> react = nullptr) {
+    sinks_.push_back(std::make_shared<RecordingSink>(std::move(react)));
+    return sinks_.back();
+  }
+  void TearDown() override {
+    for (const std::shared_ptr<RecordingSink>& s : sinks_) s->AwaitReactions();
+  }
   void Make(LakeOptions options, int devices = 1) {
     backend_ = HostBackendOrDie(devices);
     absl::StatusOr<std::unique_ptr<Lake>> lake =
@@ -164,6 +182,7 @@ class LakeTest : public ::testing::Test {
 
   std::unique_ptr<VmmBackend> backend_;
   std::unique_ptr<Lake> lake_;
+  std::vector<std::shared_ptr<RecordingSink>> sinks_;
 };
 
 TEST_F(LakeTest, LeaseClaimReturnBalanceTheBooks) {
@@ -306,7 +325,7 @@ TEST_F(LakeTest, PressureMakesAnIdleSessionReturn) {
   Notification answered;
   // The idle client answers like DaemonChunkSource: returns what it was
   // asked for, then reports its usage.
-  auto sink = std::make_shared<RecordingSink>([&](const Pressure& p) {
+  auto sink = MakeSink([&](const Pressure& p) {
     const size_t n = p.bytes / kChunk;
     std::vector<uint64_t> give(ids.begin(), ids.begin() + n);
     EXPECT_TRUE(lake_->Return(idle.id, idle.token, give).ok());
@@ -339,7 +358,7 @@ TEST_F(LakeTest, PressureIgnoredFailsAfterTheTimeout) {
   Make(std::move(o));
   SessionTicket hog = Open(1000, "hog");
   ASSERT_TRUE(lake_->Lease(hog.id, hog.token, 0, 2).ok());
-  auto silent = std::make_shared<RecordingSink>();
+  auto silent = MakeSink();
   ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, silent).ok());
   SessionTicket other = Open(1001, "other");
   const absl::Time start = absl::Now();
@@ -350,7 +369,7 @@ TEST_F(LakeTest, PressureIgnoredFailsAfterTheTimeout) {
   EXPECT_EQ(silent->got().size(), 1u);
   EXPECT_EQ(GetBooks(*lake_).leased, 2u);
   // A new watcher replaces the silent one, whose stream is closed.
-  auto next = std::make_shared<RecordingSink>();
+  auto next = MakeSink();
   ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, next).ok());
   EXPECT_FALSE(silent->closed().ok());
 }
@@ -361,7 +380,7 @@ TEST_F(LakeTest, PressureAnsweredWithNothingEndsTheWaitEarly) {
   Make(Options(2));
   SessionTicket hog = Open(1000, "hog");
   ASSERT_TRUE(lake_->Lease(hog.id, hog.token, 0, 2).ok());
-  auto refuses = std::make_shared<RecordingSink>([&](const Pressure&) {
+  auto refuses = MakeSink([&](const Pressure&) {
     DeviceUsageReport u{0, 2 * kChunk, 0};
     EXPECT_TRUE(lake_->ReportUsage(hog.id, hog.token, {u}).ok());
   });
@@ -458,7 +477,7 @@ TEST_F(LakeTest, EndingASessionRunsItsHooksAndFreesItsChunks) {
   Make(Options(8));
   std::atomic<int> ended{0};
   SessionTicket a = Open(1000, "a", [&] { ++ended; });
-  auto sink = std::make_shared<RecordingSink>();
+  auto sink = MakeSink();
   ASSERT_TRUE(lake_->AttachWatcher(a.id, a.token, sink).ok());
   ASSERT_TRUE(lake_->Lease(a.id, a.token, 0, 3).ok());
   EXPECT_EQ(lake_->EndSession(a.id, "test"), 3 * kChunk);
@@ -473,7 +492,7 @@ TEST_F(LakeTest, EndingASessionRunsItsHooksAndFreesItsChunks) {
 
   // A broken Watch stream ends its session too.
   SessionTicket c = Open(1000);
-  auto sink2 = std::make_shared<RecordingSink>();
+  auto sink2 = MakeSink();
   ASSERT_TRUE(lake_->AttachWatcher(c.id, c.token, sink2).ok());
   ASSERT_TRUE(lake_->Lease(c.id, c.token, 0, 2).ok());
   lake_->WatcherGone(c.id, sink.get());  // not its sink: ignored
@@ -875,7 +894,7 @@ TEST_F(LakeTest, WaitingLeasesAreCappedPerUidAndInAll) {
   Make(std::move(o));
   SessionTicket hog = Open(1000, "hog");
   ASSERT_TRUE(lake_->Lease(hog.id, hog.token, 0, 2).ok());
-  auto silent = std::make_shared<RecordingSink>();
+  auto silent = MakeSink();
   ASSERT_TRUE(lake_->AttachWatcher(hog.id, hog.token, silent).ok());
   SessionTicket a = Open(2000, "a"), a2 = Open(2000, "a2");
   SessionTicket b = Open(3000, "b"), c = Open(4000, "c");
@@ -923,7 +942,7 @@ TEST_F(LakeTest, ALateAnswerToAnEarlierRequestIsNotTakenForTheNext) {
   SessionTicket idle = Open(1000, "idle");
   absl::StatusOr<LeaseGrant> held = lake_->Lease(idle.id, idle.token, 0, 4);
   ASSERT_TRUE(held.ok());
-  auto sink = std::make_shared<RecordingSink>();  // answers by hand below
+  auto sink = MakeSink();  // answers by hand below
   ASSERT_TRUE(lake_->AttachWatcher(idle.id, idle.token, sink).ok());
   auto wait_requests = [&](size_t n) {
     while (sink->got().size() < n) absl::SleepFor(absl::Milliseconds(1));
@@ -967,7 +986,7 @@ std::pair<uint64_t, size_t> GrowBesideAnIdleSession(LakeTest* t, bool prefer) {
   EXPECT_TRUE(held.ok());
   auto ids = std::make_shared<std::vector<uint64_t>>(held->chunk_ids);
   auto answered = std::make_shared<Notification>();
-  auto sink = std::make_shared<RecordingSink>([=](const Pressure& p) {
+  auto sink = t->MakeSink([=](const Pressure& p) {
     const size_t n = std::min<size_t>(p.bytes / kChunk, ids->size());
     std::vector<uint64_t> give(ids->begin(), ids->begin() + n);
     ids->erase(ids->begin(), ids->begin() + n);

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "common/vmm.h"
 #include "daemon/lake.h"
 #include "gtest/gtest.h"
@@ -77,6 +79,12 @@ class TestLake {
 // Answers pressure as DaemonChunkSource does, from another thread: returns
 // chunks of `ids` (each `chunk_bytes`) from the front until they cover
 // what was asked, then reports usage. Answers the first request only.
+//
+// The answer is part of what a test checks, and its thread calls the lake:
+// a test calls AwaitAnswer() before its lake goes away. The lake holds the
+// sink and drops it only while it shuts down, so a thread joined in the
+// destructor alone would call a lake that has ended its sessions (issue 16:
+// ReportUsage failed 5 runs in 10 that way).
 class ReturningSink : public PressureSink {
  public:
   ReturningSink(Lake* lake, SessionTicket t, std::vector<uint64_t> ids,
@@ -86,17 +94,40 @@ class ReturningSink : public PressureSink {
         ids_(std::move(ids)),
         chunk_bytes_(chunk_bytes) {}
   ~ReturningSink() override {
+    // Let a held report go, so a test that forgot to await fails in its
+    // expectations rather than hanging here.
+    if (report_gate_ != nullptr && !report_gate_->HasBeenNotified()) {
+      report_gate_->Notify();
+    }
     if (thread_.joinable()) thread_.join();
   }
+
+  // Holds the usage report, after the chunks went back, until `gate` is
+  // notified: the slow answering thread of issue 16, made reproducible.
+  // Call before the sink is attached.
+  void HoldReportUntil(absl::Notification* gate) { report_gate_ = gate; }
+
+  // Waits for the answer to the first request; returns how its Return and
+  // ReportUsage went (FailedPrecondition if nothing was asked).
+  absl::Status AwaitAnswer() {
+    if (!thread_.joinable()) {
+      return absl::FailedPreconditionError("the sink was never asked");
+    }
+    thread_.join();
+    return answer_;
+  }
+
   void Send(const Pressure& p) override {
     if (p.bytes == 0 || thread_.joinable()) return;
     thread_ = std::thread([this, p] {
       const uint64_t n = std::min<uint64_t>(
           ids_.size(), (p.bytes + chunk_bytes_ - 1) / chunk_bytes_);
       std::vector<uint64_t> give(ids_.begin(), ids_.begin() + n);
-      EXPECT_TRUE(lake_->Return(t_.id, t_.token, give).ok());
+      answer_ = lake_->Return(t_.id, t_.token, give).status();
+      if (report_gate_ != nullptr) report_gate_->WaitForNotification();
       DeviceUsageReport u{0, 0, 0};
-      EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {u}).ok());
+      absl::Status reported = lake_->ReportUsage(t_.id, t_.token, {u});
+      if (answer_.ok()) answer_ = reported;
     });
   }
   void Close(const absl::Status&) override {}
@@ -106,7 +137,9 @@ class ReturningSink : public PressureSink {
   SessionTicket t_;
   std::vector<uint64_t> ids_;
   uint64_t chunk_bytes_;
+  absl::Notification* report_gate_ = nullptr;
   std::thread thread_;
+  absl::Status answer_;  // written by thread_, read after it is joined
 };
 
 }  // namespace testing
