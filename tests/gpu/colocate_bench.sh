@@ -1,0 +1,78 @@
+#!/bin/bash
+# Copyright 2026 The GMLake Authors.
+#
+# On the GPU machine: the colocation benchmark of docs/benchmarks.md. A
+# trainer and an inference engine take turns on one GPU
+# (workloads/colocate.py pair, unedited), with the allocator chosen outside
+# it: native, expandable segments, native with --empty-cache (what users
+# write by hand today), and GMLake (`gmlake run --`, through a gmlaked with
+# its defaults), interleaved A B C D A B C D ..., REPS times. After each
+# GMLake run: gmlakectl status --json (leases, pressure rounds), and 2 s
+# after the job ends, how much of the card a plain PyTorch process gets.
+# Needs the wheel bundle (tests/gpu/bundle_python.sh).
+#   bash tests/gpu/colocate_bench.sh        # REPS=3 TURNS=4 SETTINGS=...
+set -uo pipefail
+OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
+export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/wheel_venv.sh"
+REPS="${REPS:-3}"
+TURNS="${TURNS:-4}"
+SETTINGS="${SETTINGS:-native expandable empty_cache gmlake}"
+# Sized on the H200 (docs/benchmarks.md): native peaks 66.6 + ~125 GiB
+# reserved (>= 1.1 x the card), each peak plus the other's idle live fits.
+SIZE=(--turns "${TURNS}" --infer-new "${INFER_NEW:-64}" --infer-batch "${INFER_BATCH:-200}")
+sockdir="$(mktemp -d /tmp/gmlake-sock.XXXXXX)"
+log="${OUT}/colocate.jsonl"
+: > "${log}"
+
+card_free_after() {  # what a plain PyTorch process gets, 2 s after a job
+  sleep 2
+  "${PY}" - <<'PY'
+import json, torch
+free, total = torch.cuda.mem_get_info()
+got = 0
+try:
+    x = torch.empty(int(free * 0.98), dtype=torch.uint8, device="cuda"); got = x.numel(); del x
+except torch.OutOfMemoryError:
+    pass
+print("PLAIN", json.dumps(dict(free_gib=free / 2**30, total_gib=total / 2**30, allocated_gib=got / 2**30)))
+PY
+}
+
+run_one() {  # setting, rep
+  local s="$1" rep="$2" d
+  d="$(mktemp -d /tmp/gmlake-pair.XXXXXX)"
+  local cmd=("${PY}" "${WORKLOADS}/colocate.py" pair --dir "${d}" "${SIZE[@]}")
+  case "$s" in
+    expandable) export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ;;
+    empty_cache) cmd+=(--empty-cache) ;;
+    gmlake)
+      "${GMLAKE_BIN}/gmlaked" --socket="${sockdir}/gmlaked.sock" --fd_socket="${sockdir}/fd.sock" \
+        > "${OUT}/gmlaked_${rep}.log" 2>&1 &
+      daemon=$!
+      for _ in $(seq 1 100); do [[ -S "${sockdir}/gmlaked.sock" ]] && break; sleep 0.1; done
+      cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
+      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock" ;;
+  esac
+  local t0=$SECONDS
+  timeout 420 "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
+  local rc=$?
+  unset PYTORCH_CUDA_ALLOC_CONF GMLAKE_CONF
+  grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | while read -r kind json; do
+    echo "{\"setting\": \"${s}\", \"rep\": ${rep}, \"kind\": \"${kind}\", \"data\": ${json}}" >> "${log}"
+  done
+  echo "== ${s} rep ${rep}: rc ${rc}, $((SECONDS - t0)) s"
+  grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | cut -c1-400
+  if [[ "$s" == gmlake ]]; then
+    "${GMLAKE_BIN}/gmlakectl" --socket="${sockdir}/gmlaked.sock" status --json > "${OUT}/status_${rep}.json" 2>&1
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('STATUS', json.dumps({k: v for k, v in d.items() if not isinstance(v, (list, dict))}))" "${OUT}/status_${rep}.json" 2>&1 | tee -a "${OUT}/status.txt"
+    card_free_after | tee -a "${OUT}/plain_after.txt"
+    kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
+  fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for rep in $(seq 1 "${REPS}"); do
+  for s in ${SETTINGS}; do run_one "$s" "$rep"; done
+done
+python3 "$(dirname "$0")/colocate_table.py" "${log}" | tee "${OUT}/table.md"
