@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -20,6 +21,17 @@
 
 namespace gmlake {
 namespace {
+
+// A name no other run has: not the pid's, which runs in sandboxes of their
+// own pid namespace (bazel test --runs_per_test) share.
+std::string UniqueName(const char* prefix) {
+  std::string name = std::string(prefix) + "XXXXXX";
+  const int fd = ::mkstemp(name.data());
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  ::close(fd);
+  ::unlink(name.c_str());
+  return name;
+}
 
 using ::testing::HasSubstr;
 
@@ -68,7 +80,7 @@ TEST_F(Notify, WithoutAServiceManagerNothingIsSentAndAllIsWell) {
 }
 
 TEST_F(Notify, ReachesAPathSocket) {
-  const std::string path = absl::StrCat("/tmp/gml.notify.", ::getpid());
+  const std::string path = UniqueName("/tmp/gml.notify.");
   UniqueFd systemd = Listen(path);
   ::setenv("NOTIFY_SOCKET", path.c_str(), 1);
   ServiceNotifier n = ServiceNotifier::FromEnvironment();
@@ -78,7 +90,7 @@ TEST_F(Notify, ReachesAPathSocket) {
 }
 
 TEST_F(Notify, ReachesAnAbstractSocket) {
-  const std::string name = absl::StrCat("@gml.notify.", ::getpid());
+  const std::string name = "@" + UniqueName("/tmp/gml.notify.abstract.");
   UniqueFd systemd = Listen(name);
   ::setenv("NOTIFY_SOCKET", name.c_str(), 1);
   ServiceNotifier n = ServiceNotifier::FromEnvironment();

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,9 +55,11 @@ VmmBackend* Backend() {
 
 const std::string& SocketPath() {
   static const std::string path = [] {
-    const std::string dir = absl::StrCat("/tmp/gmlfz.", ::getpid());
-    ::mkdir(dir.c_str(), 0700);
-    return dir + "/fd.sock";
+    // Not named by the pid: runs in sandboxes of their own pid namespace
+    // (bazel test --runs_per_test) share pids, and met at one socket.
+    char dir[] = "/tmp/gmlfz.XXXXXX";
+    FUZZ_CHECK(::mkdtemp(dir) != nullptr, "mkdtemp: %s", std::strerror(errno));
+    return std::string(dir) + "/fd.sock";
   }();
   return path;
 }

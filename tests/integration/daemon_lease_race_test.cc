@@ -12,6 +12,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,8 +55,14 @@ class LeaseRace : public ::testing::Test {
   // A daemon of `capacity` chunks, `precreate` of them made at start, whose
   // leases wait at the gate before zeroing.
   void StartDaemon(uint64_t capacity, uint64_t precreate) {
-    gate_ = absl::StrCat("/tmp/gml-gate-", ::getpid(), "-", ++starts_);
-    ::unlink(gate_.c_str());
+    // A fresh name, not the pid's: runs in sandboxes of their own pid
+    // namespace share pids, and one run's gate would open another's.
+    char name[] = "/tmp/gml-gate-XXXXXX";
+    const int fd = ::mkstemp(name);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ::close(fd);
+    ::unlink(name);
+    gate_ = name;
     absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
         {absl::StrCat("--capacity=", capacity * kChunkMiB, "MiB"),
          absl::StrCat("--precreate=", precreate * kChunkMiB, "MiB"),
@@ -165,7 +173,6 @@ class LeaseRace : public ::testing::Test {
   std::unique_ptr<Daemon> daemon_;
   std::vector<std::unique_ptr<ClientProcess>> clients_;
   std::string gate_;
-  int starts_ = 0;
 };
 
 // A session that ends (closed, or its process killed) while its lease zeroes

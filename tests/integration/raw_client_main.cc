@@ -19,7 +19,7 @@
 //   count B            chunks held whose first byte is B    -> ok <n>
 //   truncate ID SIZE   ftruncate that chunk's memfd         -> ok | err
 //   close              CloseSession                         -> ok <bytes>
-//   token              this session's token                 -> ok <token>
+//   token              this session's token, in hex          -> ok <hex>
 //   impersonate S T    later gRPC calls (lease, return, usage, close) name
 //                      session S with token T, another's    -> ok
 //   usage              ReportUsage with no figures          -> ok
@@ -58,6 +58,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -204,11 +205,13 @@ class RawClient {
       }
       return std::string();
     }
-    if (cmd == "token") return token_;
+    // Hex: the token is random bytes, which a line of words cannot carry
+    // (a space or newline in it split the answer: issue 16's flake).
+    if (cmd == "token") return absl::BytesToHexString(token_);
     if (cmd == "impersonate") {
       if (w.size() != 3) return absl::InvalidArgumentError("impersonate S T");
       session_ = arg(1);
-      token_ = w[2];
+      token_ = absl::HexStringToBytes(w[2]);
       return std::string();
     }
     if (cmd == "usage") {
