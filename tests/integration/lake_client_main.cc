@@ -20,9 +20,6 @@
 // With --reclaim, the ReclaimHandler returns held chunks (last acquired
 // first) when gmlaked asks for memory.
 //
-// With --hang_pressure, the ReclaimHandler never returns (until quit): the
-// client never answers pressure, like a process stuck or lying.
-//
 // With --allocator, a real Allocator runs over the source (it answers
 // pressure from its cache and reports its usage, as in a training
 // process), and these commands drive it:
@@ -49,7 +46,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "common/mutex.h"
@@ -63,8 +59,6 @@ ABSL_FLAG(uint32_t, protocol_version, 0, "Protocol version to speak.");
 ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
 ABSL_FLAG(absl::Duration, reconnect_wait, absl::Seconds(30),
           "How long an acquire waits for a gmlaked that is gone to be back.");
-ABSL_FLAG(bool, hang_pressure, false,
-          "Never answer pressure (the ReclaimHandler blocks until quit).");
 ABSL_FLAG(bool, allocator, false,
           "Run an Allocator over the source (malloc, free, usage).");
 
@@ -273,14 +267,6 @@ int Main() {
       return give.size() * s->chunk_size(device);
     });
   }
-  // Notified at quit, so that a hung handler lets the source go.
-  static absl::Notification quitting;
-  if (absl::GetFlag(FLAGS_hang_pressure)) {
-    (*src)->SetReclaimHandler([](int, uint64_t) -> uint64_t {
-      quitting.WaitForNotification();
-      return 0;
-    });
-  }
   std::cout << "ready " << (*src)->session_id() << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -288,7 +274,6 @@ int Main() {
         absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (words.empty()) continue;
     if (words[0] == "quit") {
-      quitting.Notify();
       if (allocator != nullptr) {
         for (DevicePtr p : blocks) {
           if (p != 0) allocator->Free(p).IgnoreError();
