@@ -104,8 +104,8 @@ struct LakeOptions {
   // Before creating new chunks for a lease, ask the other sessions for the
   // memory they cache and do not use (bounded by reclaim_timeout), and
   // create only what they did not give. Keeps the node's footprint near
-  // what its processes use, at the price of a pressure round per growing
-  // lease while others hold memory. --prefer_reclaim.
+  // what its processes use, at the price of pressure rounds while a session
+  // grows beside others that hold memory. --prefer_reclaim.
   bool prefer_reclaim = false;
   // Sessions not bound on the fd socket within this are dropped.
   absl::Duration bind_timeout = absl::Seconds(10);
