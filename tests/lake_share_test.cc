@@ -123,6 +123,7 @@ TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
   // the first: the busy process changes).
   uint64_t rounds_before = r->phases[0].pressure_rounds;
   uint64_t switches_with_pressure = 0, most_rounds_in_a_later_switch = 0;
+  uint64_t rounds_in_later_switches = 0;
   for (size_t i = 1; i < r->phases.size(); ++i) {
     const uint64_t rounds = r->phases[i].pressure_rounds - rounds_before;
     rounds_before = r->phases[i].pressure_rounds;
@@ -134,10 +135,15 @@ TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
     if (i >= 2) {
       most_rounds_in_a_later_switch =
           std::max(most_rounds_in_a_later_switch, rounds);
+      rounds_in_later_switches += rounds;
     }
   }
   EXPECT_GE(switches_with_pressure, 1u);
-  EXPECT_LE(most_rounds_in_a_later_switch, 2u);
+  // Typically 2, 1, 2, 1 rounds in phases 2-5, at most 3 in one of them in
+  // 12 runs beside a build (the idle process's last usage report may lag
+  // its cache); the code before counted 2, 45, 2, 43.
+  EXPECT_LE(most_rounds_in_a_later_switch, 4u);
+  EXPECT_LE(rounds_in_later_switches, 12u);
   // Lease calls and chunks per GiB grown, reported for the engineer
   // reducing them; the bounds are what this code meets (2 MiB chunks, one
   // lease per chunk at worst: 512 per GiB).
