@@ -80,7 +80,15 @@ ABSL_FLAG(std::string, scrub, "cross-uid",
           "Which chunks are zeroed before they are leased again: always, "
           "cross-uid (those going to another uid) or never.");
 ABSL_FLAG(absl::Duration, reclaim_timeout, absl::Seconds(2),
-          "How long a lease waits for other sessions to return memory.");
+          "How long a lease waits for other sessions to return memory while "
+          "none arrives (each byte that comes back restarts it).");
+ABSL_FLAG(absl::Duration, pressure_patience, absl::Milliseconds(500),
+          "How long a session asked for memory has to answer (or return "
+          "more) before the lease asks others for what it owes and its cache "
+          "reports are discounted (at most --reclaim_timeout).");
+ABSL_FLAG(absl::Duration, pressure_growth_window, absl::Seconds(2),
+          "A short lease asks idle sessions for at least what its session "
+          "leased over this window (its recent growth).");
 ABSL_FLAG(int, max_waiting_leases, 64,
           "Most leases waiting for other sessions to return memory at once; "
           "each holds a thread. Past it, a lease that would wait fails.");
@@ -334,6 +342,14 @@ absl::Status Run(const ServiceNotifier& notifier) {
   }
   lo.scrub = *scrub;
   lo.reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
+  lo.pressure_patience = absl::GetFlag(FLAGS_pressure_patience);
+  lo.pressure_growth_window = absl::GetFlag(FLAGS_pressure_growth_window);
+  if (lo.pressure_patience <= absl::ZeroDuration() ||
+      lo.pressure_growth_window < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--pressure_patience must be positive and --pressure_growth_window "
+        "not negative");
+  }
   lo.prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
   if (absl::GetFlag(FLAGS_max_waiting_leases) <= 0 ||
       absl::GetFlag(FLAGS_max_waiting_leases_per_uid) <= 0) {

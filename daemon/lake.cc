@@ -585,6 +585,11 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   FillHistogram(pressure_wait_, out->mutable_pressure_wait_seconds());
   FillHistogram(handoff_, out->mutable_handoff_seconds());
   out->set_recycled_bytes(recycled_bytes_);
+  out->set_leased_chunks_total(leased_chunks_total_);
+  out->set_leased_bytes_total(leased_bytes_total_);
+  out->set_pressure_asked_bytes(pressure_asked_bytes_);
+  out->set_pressure_returned_bytes(pressure_returned_bytes_);
+  out->set_pressure_undelivered(pressure_undelivered_);
   for (int i = 0; i < books_.device_count(); ++i) {
     const ChunkBooks::Counts c = books_.counts(i);
     v1::DeviceStatus* ds = out->add_devices();

@@ -42,18 +42,20 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/fd_usage.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 #include "daemon/chunk_books.h"
 #include "daemon/chunk_identity.h"
-#include "common/fd_usage.h"
 #include "daemon/histogram.h"
+#include "daemon/pressure_policy.h"
 #include "daemon/release_policy.h"
 #include "daemon/scrub_policy.h"
 #include "daemon/session_table.h"
@@ -82,8 +84,18 @@ struct LakeOptions {
   // --session_quota.
   uint64_t session_quota_bytes = 0;
   ScrubPolicy scrub = ScrubPolicy::kCrossUid;
-  // How long a lease waits for other sessions to return memory.
+  // How long a lease waits for other sessions to return memory while none
+  // arrives: every byte that comes back restarts it (--reclaim_timeout).
   absl::Duration reclaim_timeout = absl::Seconds(2);
+  // How long an asked session has to answer (or return a first byte, or
+  // the next) before the lease asks others for what it owes, and the
+  // session's cache reports are discounted (--pressure_patience; at most
+  // reclaim_timeout).
+  absl::Duration pressure_patience = absl::Milliseconds(500);
+  // The window over which a session's recent growth is measured: a short
+  // lease asks for at least what its session leased over it
+  // (--pressure_growth_window; daemon/pressure_policy.h).
+  absl::Duration pressure_growth_window = absl::Seconds(2);
   // Most leases waiting for memory at once, over all uids and per uid
   // (--max_waiting_leases, --max_waiting_leases_per_uid). A waiting lease
   // holds a gRPC thread; past these, a lease that would wait fails at once.
@@ -92,8 +104,8 @@ struct LakeOptions {
   // Before creating new chunks for a lease, ask the other sessions for the
   // memory they cache and do not use (bounded by reclaim_timeout), and
   // create only what they did not give. Keeps the node's footprint near
-  // what its processes use, at the price of a pressure round per growing
-  // lease while others hold memory. --prefer_reclaim.
+  // what its processes use, at the price of pressure rounds while a session
+  // grows beside others that hold memory. --prefer_reclaim.
   bool prefer_reclaim = false;
   // Sessions not bound on the fd socket within this are dropped.
   absl::Duration bind_timeout = absl::Seconds(10);
@@ -296,19 +308,30 @@ class Lake {
     void Run();
   };
 
-  // What a waiting lease remembers between its rounds of pressure.
+  // What a waiting lease remembers between its rounds of pressure. The
+  // requests themselves are debts of the sessions asked (Session::debts),
+  // owed to the lease's session: its later leases count on them too.
   struct LeaseWait {
-    absl::Time deadline;
+    absl::Time started;
     bool reclaim_first = false;  // prefer_reclaim, until the others answered
     bool admitted_once = false;  // the token was checked once
-    // Since when it asked others for memory (never: InfiniteFuture).
+    // Since when it waited for memory (never: InfiniteFuture).
     absl::Time pressure_since = absl::InfiniteFuture();
-    bool waiting = false;         // counted in waiting_leases_
-    int64_t waiting_uid = -1;     // and in waiting_by_uid_ under this uid
-    std::vector<uint64_t> asked;  // sessions asked for memory
-    // For each, its answer to this lease's request: asked[i] has answered
-    // once its reports reach answer_due[i].
-    std::vector<uint64_t> answer_due;
+    bool waiting = false;      // counted in waiting_leases_
+    int64_t waiting_uid = -1;  // and in waiting_by_uid_ under this uid
+    // When it last sent requests or saw bytes come back (reclaim_timeout
+    // counts from here), and pressure_returned_bytes_ then.
+    absl::Time last_progress;
+    uint64_t returned_seen = 0;
+    uint64_t returned_at_start = 0;
+    uint64_t requests = 0;     // pressure requests it sent
+    uint64_t asked_bytes = 0;  // what they asked for
+  };
+  // What sessions owe one asker on one device (OwedLocked).
+  struct Owed {
+    uint64_t pending_bytes = 0;  // by requests within their patience
+    bool overdue = false;        // a request silent past its patience
+    absl::Time next_expiry = absl::InfiniteFuture();  // of a pending one
   };
 
   Lake(VmmBackend* backend, LakeOptions options);
@@ -355,30 +378,59 @@ class Lake {
   std::string DescribeShortLocked(const Session& s, int device, uint64_t count,
                                   uint64_t chunk_bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every session `wait` asked has answered (or ended).
-  bool AllAnsweredLocked(const LeaseWait& wait) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A round of pressure for a lease `short_bytes` short:
-  // true when requests are queued in `after`; false when nobody (else) is
-  // there to ask and prefer_reclaim switched to creating; an error ends the
-  // lease (nobody to ask, or it may not wait).
-  absl::StatusOr<bool> AskForMemoryLocked(const Session& s, int device,
+  // The pressure step of a lease `short_bytes` short (pressure_policy.h
+  // decides): true when requests are queued in `after` (send them, then
+  // call again); false when it waits (on freed_, done here) or
+  // prefer_reclaim switched to creating; an error ends the lease (nobody
+  // (else) to ask, nothing came, or it may not wait).
+  absl::StatusOr<bool> PressureStepLocked(const Session& s, int device,
                                           uint64_t count, uint64_t chunk_bytes,
                                           uint64_t short_bytes, LeaseWait* wait,
                                           Aftermath* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a lease that asked others fails.
+  std::string DescribeGiveUpLocked(const Session& s, int device, uint64_t count,
+                                   uint64_t chunk_bytes, const LeaseWait& wait,
+                                   bool timed_out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Judges every unsettled request (pressure_policy.h JudgeDebt): settles
+  // those delivered or answered, marks the silent overdue, and counts
+  // against their sessions those that returned less than promised.
+  void SettleDebtsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the sessions owe `asker` on `device` (after SettleDebtsLocked).
+  Owed OwedLocked(uint64_t asker, int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a lease by `s`, `short_bytes` short, asks for (PressureWant over
+  // the session's growth, peak and quotas).
+  uint64_t PressureWantLocked(Session* s, int device, uint64_t short_bytes,
+                              absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes that left `s` on each device (holding before minus after) go to
+  // its debts there, oldest first; with no debt there, the return was its
+  // own choice and lowers its peak.
+  void NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
+                          absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lease granted to `s`: its growth and peak.
+  void NoteGrantLocked(Session* s, int device, uint64_t bytes, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts the lease as waiting for memory, unless the caps say it may not
   // wait (ResourceExhausted).
   absl::Status StartWaitingLocked(int64_t uid, LeaseWait* wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopWaitingLocked(LeaseWait* wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks sessions other than `asker` and those in `exclude` (asked
-  // already) for about `bytes` on `device` (pressure_policy.h). Returns the
-  // ids of the sessions asked.
-  std::vector<uint64_t> SendPressureLocked(const Session& asker, int device,
-                                           uint64_t bytes,
-                                           absl::Span<const uint64_t> exclude,
-                                           Aftermath* after)
+  // Whom to ask for `want_bytes` (of which `short_bytes` the lease lacks)
+  // on `device` for `asker`: sessions other than it that watch, hold
+  // chunks there, owe it nothing and have not come up short for it since
+  // `since` (pressure_policy.h ChoosePressure).
+  std::vector<PressureAsk> ChooseAsksLocked(const Session& asker, int device,
+                                            uint64_t short_bytes,
+                                            uint64_t want_bytes,
+                                            absl::Time since) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `asks` in `after` and records them as debts owed to `asker`.
+  void SendAsksLocked(const Session& asker, int device,
+                      absl::Span<const PressureAsk> asks, absl::Time now,
+                      LeaseWait* wait, Aftermath* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the slow work: grants the lease's chunks to its session, or, if
   // the work failed or the session is gone, puts them back.
@@ -445,6 +497,16 @@ class Lake {
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t recycled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Chunks and bytes granted by leases, in all.
+  uint64_t leased_chunks_total_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t leased_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes pressure requests asked for, bytes that came back against them,
+  // and requests settled with less than their session's report promised.
+  uint64_t pressure_asked_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_returned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_undelivered_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sessions with unsettled pressure requests.
+  absl::flat_hash_set<uint64_t> debtors_ ABSL_GUARDED_BY(mu_);
   Histogram pressure_wait_ ABSL_GUARDED_BY(mu_){Histogram::LatencyBounds()};
   // Whole leases (asked to granted) that took memory other sessions gave
   // back: the hand-off from one process to another, as gmlaked sees it.

@@ -24,7 +24,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        uint64_t count, uint64_t chunk_bytes) {
   const absl::Time start = absl::Now();
   LeaseWait wait;
-  wait.deadline = absl::Now() + options_.reclaim_timeout;
+  wait.started = start;
   wait.reclaim_first = options_.prefer_reclaim;
   ChunkBooks::Reservation r;
   // Every step holds the lock in its own scope; pressure requests and
@@ -165,8 +165,12 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
       }
       return found.status();
     }
-    wait->admitted_once = true;
     Session* s = *found;
+    if (!wait->admitted_once) {
+      wait->last_progress = absl::Now();
+      wait->returned_seen = wait->returned_at_start = pressure_returned_bytes_;
+    }
+    wait->admitted_once = true;
     if (absl::Status ok = CheckLeaseLocked(*s, device, count, chunk_bytes);
         !ok.ok()) {
       return ok;
@@ -185,50 +189,56 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
       }
       return true;
     }
-    // Ask sessions for memory: first round at once, and another round
-    // (sessions not asked yet) whenever everyone asked so far has answered
-    // (reported usage after handling the request, or ended) and it is
-    // still not enough.
-    if (AllAnsweredLocked(*wait)) {
-      absl::StatusOr<bool> asked =
-          AskForMemoryLocked(*s, device, count, size, short_bytes, wait, after);
-      if (!asked.ok()) return asked.status();
-      if (*asked) {
-        ++pressure_rounds_;
-        if (wait->pressure_since == absl::InfiniteFuture()) {
-          wait->pressure_since = absl::Now();
-        }
-        return false;  // send without the lock, then look again
-      }
-      continue;  // nobody (else) to ask and prefer_reclaim: create the rest
-    }
-    if (absl::Now() >= wait->deadline) {
-      if (wait->reclaim_first) {  // they gave what they gave: create the rest
-        wait->reclaim_first = false;
-        continue;
-      }
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "%s; asked %d other sessions to return memory and they did not "
-          "return enough within %s (--reclaim_timeout)",
-          DescribeShortLocked(*s, device, count, size), wait->asked.size(),
-          absl::FormatDuration(options_.reclaim_timeout)));
-    }
-    freed_.WaitWithDeadline(&mu_, wait->deadline);
+    absl::StatusOr<bool> step =
+        PressureStepLocked(*s, device, count, size, short_bytes, wait, after);
+    if (!step.ok()) return step.status();
+    if (*step) return false;  // send without the lock, then look again
   }
 }
 
-bool Lake::AllAnsweredLocked(const LeaseWait& wait) const {
-  for (size_t i = 0; i < wait.asked.size(); ++i) {
-    const Session* a = sessions_.Live(wait.asked[i]);
-    if (a != nullptr && a->reports < wait.answer_due[i]) return false;
-  }
-  return true;
-}
-
-absl::StatusOr<bool> Lake::AskForMemoryLocked(
+absl::StatusOr<bool> Lake::PressureStepLocked(
     const Session& s, int device, uint64_t count, uint64_t chunk_bytes,
     uint64_t short_bytes, LeaseWait* wait, Aftermath* after) {
-  // From here the lease waits for answers, holding its thread.
+  const absl::Time now = absl::Now();
+  SettleDebtsLocked(now);
+  if (pressure_returned_bytes_ != wait->returned_seen) {
+    wait->returned_seen = pressure_returned_bytes_;
+    wait->last_progress = now;  // bytes are still coming
+  }
+  const Owed owed = OwedLocked(s.id, device);
+  // What nobody owes yet: ask for the whole need once, then for what is
+  // still missing.
+  std::vector<PressureAsk> asks;
+  if (owed.pending_bytes < short_bytes) {
+    const uint64_t want =
+        PressureWantLocked(sessions_.Live(s.id), device, short_bytes, now);
+    asks = ChooseAsksLocked(s, device, short_bytes - owed.pending_bytes,
+                            want - std::min(want, owed.pending_bytes),
+                            wait->started);
+  }
+  LeaseStepInput in;
+  in.short_bytes = short_bytes;
+  in.pending_bytes = owed.pending_bytes;
+  in.overdue = owed.overdue;
+  in.can_ask = !asks.empty();
+  in.since_progress = now - wait->last_progress;
+  in.reclaim_timeout = options_.reclaim_timeout;
+  const LeaseStep step = NextLeaseStep(in);
+  if (step == LeaseStep::kGiveUp) {
+    if (wait->reclaim_first) {  // they gave what they gave: create the rest
+      wait->reclaim_first = false;
+      return false;
+    }
+    if (wait->requests == 0 && !owed.overdue && owed.pending_bytes == 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(DescribeShortLocked(s, device, count, chunk_bytes),
+                       "; no other session holds memory there to ask for"));
+    }
+    return absl::ResourceExhaustedError(
+        DescribeGiveUpLocked(s, device, count, chunk_bytes, *wait,
+                             in.since_progress >= options_.reclaim_timeout));
+  }
+  // From here the lease waits for memory, holding its thread.
   if (absl::Status may = StartWaitingLocked(s.peer.uid, wait); !may.ok()) {
     if (wait->reclaim_first) {  // do not wait: create what is missing
       wait->reclaim_first = false;
@@ -238,33 +248,35 @@ absl::StatusOr<bool> Lake::AskForMemoryLocked(
         absl::StrCat(DescribeShortLocked(s, device, count, chunk_bytes), "; ",
                      may.message()));
   }
-  std::vector<uint64_t> more =
-      SendPressureLocked(s, device, short_bytes, wait->asked, after);
-  if (more.empty()) {
-    if (wait->reclaim_first) {  // nobody (else) to ask: create the rest
-      wait->reclaim_first = false;
-      return false;
-    }
-    return absl::ResourceExhaustedError(
-        wait->asked.empty()
-            ? absl::StrCat(DescribeShortLocked(s, device, count, chunk_bytes),
-                           "; no other session holds memory there to ask "
-                           "for")
-            : absl::StrFormat(
-                  "%s; asked %d other sessions to return memory "
-                  "and they returned less",
-                  DescribeShortLocked(s, device, count, chunk_bytes),
-                  wait->asked.size()));
+  if (wait->pressure_since == absl::InfiniteFuture()) {
+    wait->pressure_since = now;
   }
-  for (uint64_t id : more) {
-    const Session* a = sessions_.Live(id);
-    wait->asked.push_back(id);
-    // Its answers to requests sent earlier (maybe for other leases) come
-    // first; they are not this lease's.
-    wait->answer_due.push_back(
-        a == nullptr ? 0 : a->reports + a->pressure_outstanding);
+  if (step == LeaseStep::kAsk) {
+    SendAsksLocked(s, device, asks, now, wait, after);
+    ++pressure_rounds_;
+    return true;
   }
-  return true;
+  freed_.WaitWithDeadline(
+      &mu_, std::min(owed.next_expiry,
+                     wait->last_progress + options_.reclaim_timeout));
+  return false;
+}
+
+std::string Lake::DescribeGiveUpLocked(const Session& s, int device,
+                                       uint64_t count, uint64_t chunk_bytes,
+                                       const LeaseWait& wait,
+                                       bool timed_out) const {
+  const uint64_t came = pressure_returned_bytes_ - wait.returned_at_start;
+  return absl::StrFormat(
+      "%s; asked other sessions to return memory (%d requests for %s, %s came "
+      "back) and they returned less: %s",
+      DescribeShortLocked(s, device, count, chunk_bytes), wait.requests,
+      FormatBytes(wait.asked_bytes), FormatBytes(came),
+      timed_out
+          ? absl::StrFormat("nothing more came within %s (--reclaim_timeout)",
+                            absl::FormatDuration(options_.reclaim_timeout))
+          : "nobody else holds more there to ask for (a lease waits up to "
+            "--reclaim_timeout while memory still comes)");
 }
 
 absl::Status Lake::StartWaitingLocked(int64_t uid, LeaseWait* wait) {
@@ -300,13 +312,127 @@ void Lake::StopWaitingLocked(LeaseWait* wait) {
   }
 }
 
-std::vector<uint64_t> Lake::SendPressureLocked(
-    const Session& asker, int device, uint64_t bytes,
-    absl::Span<const uint64_t> exclude, Aftermath* after) {
+void Lake::SettleDebtsLocked(absl::Time now) {
+  const absl::Duration patience =
+      std::min(options_.pressure_patience, options_.reclaim_timeout);
+  std::vector<uint64_t> clear;
+  for (uint64_t id : debtors_) {
+    Session* s = sessions_.Live(id);
+    if (s == nullptr) {  // ended: its debts went with it
+      clear.push_back(id);
+      continue;
+    }
+    auto& debts = s->debts;
+    for (auto it = debts.begin(); it != debts.end();) {
+      PressureDebtView v;
+      v.asked_bytes = it->asked;
+      v.promised_bytes = it->promised;
+      v.returned_bytes = it->returned;
+      v.answered = s->reports >= it->answer_due;
+      v.since_progress = now - it->last_progress;
+      const DebtState state = JudgeDebt(v, patience);
+      const bool undelivered = Undelivered(v);
+      if (state == DebtState::kPending) {
+        ++it;
+        continue;
+      }
+      if (state == DebtState::kOverdue) {
+        if (!it->overdue) {
+          it->overdue = true;
+          if (undelivered) ++s->undelivered, ++pressure_undelivered_;
+          s->short_for[it->beneficiary] = now;
+          VLogf("%s did not answer a request for %s within %s: asking others",
+                s->Label(), FormatBytes(it->asked),
+                absl::FormatDuration(patience));
+        }
+        // Late bytes are still welcome, up to the reclaim timeout.
+        if (v.since_progress < options_.reclaim_timeout) {
+          ++it;
+          continue;
+        }
+      } else if (state == DebtState::kShort) {
+        if (undelivered && !it->overdue)
+          ++s->undelivered, ++pressure_undelivered_;
+        s->short_for[it->beneficiary] = now;
+      }
+      if (!undelivered) s->undelivered = 0;
+      it = debts.erase(it);
+    }
+    if (debts.empty()) clear.push_back(id);
+  }
+  for (uint64_t id : clear) debtors_.erase(id);
+}
+
+Lake::Owed Lake::OwedLocked(uint64_t asker, int device) const {
+  const absl::Duration patience =
+      std::min(options_.pressure_patience, options_.reclaim_timeout);
+  Owed owed;
+  for (uint64_t id : debtors_) {
+    const Session* s = sessions_.Live(id);
+    if (s == nullptr) continue;
+    for (const Session::PressureDebt& d : s->debts) {
+      if (d.beneficiary != asker || d.device != device) continue;
+      if (d.overdue) {
+        owed.overdue = true;
+        continue;
+      }
+      owed.pending_bytes += d.asked - std::min(d.asked, d.returned);
+      owed.next_expiry = std::min(owed.next_expiry, d.last_progress + patience);
+    }
+  }
+  return owed;
+}
+
+uint64_t Lake::PressureWantLocked(Session* s, int device, uint64_t short_bytes,
+                                  absl::Time now) {
+  PressureNeedInput in;
+  in.short_bytes = short_bytes;
+  if (s == nullptr) return short_bytes;
+  Session::Growth& g = s->growth[device];
+  const absl::Time since = now - options_.pressure_growth_window;
+  g.grants.erase(
+      g.grants.begin(),
+      std::find_if(g.grants.begin(), g.grants.end(),
+                   [&](const auto& grant) { return grant.first >= since; }));
+  for (const auto& grant : g.grants) in.growth_bytes += grant.second;
+  const ChunkBooks::Holding h = books_.holding(s->id);
+  auto n = h.leased_by_device.find(device);
+  const uint64_t held = n == h.leased_by_device.end() ? 0 : n->second.bytes;
+  // This lease is part of the deficit.
+  in.peak_deficit_bytes = g.peak - std::min(g.peak, held);
+  // Quotas bound what it could still hold (this lease included): no use
+  // reclaiming past them.
+  const uint64_t session_bytes = h.leased_bytes + h.in_flight_bytes;
+  if (options_.session_quota_bytes > 0) {
+    in.room_bytes = options_.session_quota_bytes -
+                    std::min(options_.session_quota_bytes, session_bytes);
+  }
+  if (options_.uid_quota_bytes > 0) {
+    const uint64_t uid_bytes = books_.uid_bytes(s->peer.uid);
+    in.room_bytes = std::min(in.room_bytes,
+                             options_.uid_quota_bytes -
+                                 std::min(options_.uid_quota_bytes, uid_bytes));
+  }
+  return PressureWant(in);
+}
+
+std::vector<PressureAsk> Lake::ChooseAsksLocked(const Session& asker,
+                                                int device,
+                                                uint64_t short_bytes,
+                                                uint64_t want_bytes,
+                                                absl::Time since) const {
   std::vector<PressureCandidate> candidates;
   for (const auto& [id, s] : sessions_.live()) {
     if (id == asker.id || s->sink == nullptr) continue;
-    if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) {
+    // It owes this asker already, or came up short for it lately.
+    if (std::any_of(s->debts.begin(), s->debts.end(),
+                    [&](const Session::PressureDebt& d) {
+                      return d.beneficiary == asker.id && d.device == device;
+                    })) {
+      continue;
+    }
+    if (auto it = s->short_for.find(asker.id);
+        it != s->short_for.end() && it->second >= since) {
       continue;
     }
     const ChunkBooks::Holding h = books_.holding(id);
@@ -314,22 +440,77 @@ std::vector<uint64_t> Lake::SendPressureLocked(
     if (n == h.leased_by_device.end() || n->second.chunks == 0) continue;
     auto u = s->usage.find(device);
     candidates.push_back({id, u == s->usage.end() ? 0 : u->second.cached_bytes,
-                          n->second.bytes});
+                          n->second.bytes, s->undelivered});
   }
-  const std::string reason = absl::StrFormat(
-      "%s needs %s on device %d", asker.Label(), FormatBytes(bytes), device);
-  std::vector<uint64_t> asked;
-  for (const PressureAsk& ask : ChoosePressure(candidates, bytes)) {
+  return ChoosePressure(candidates, short_bytes, want_bytes);
+}
+
+void Lake::SendAsksLocked(const Session& asker, int device,
+                          absl::Span<const PressureAsk> asks, absl::Time now,
+                          LeaseWait* wait, Aftermath* after) {
+  for (const PressureAsk& ask : asks) {
     Session* s = sessions_.Live(ask.session);
     if (s == nullptr) continue;
+    const std::string reason =
+        absl::StrFormat("%s needs %s on device %d", asker.Label(),
+                        FormatBytes(ask.bytes), device);
     after->sends.emplace_back(s->sink, Pressure{device, ask.bytes, reason});
     ++s->pressure_outstanding;
+    Session::PressureDebt d;
+    d.device = device;
+    d.beneficiary = asker.id;
+    d.asked = ask.bytes;
+    d.promised = ask.promised_bytes;
+    // It answers its requests in order: this one's answer is the last.
+    d.answer_due = s->reports + s->pressure_outstanding;
+    d.last_progress = now;
+    s->debts.push_back(d);
+    debtors_.insert(s->id);
     ++pressure_sent_;
-    asked.push_back(ask.session);
-    VLogf("asking %s for %s on device %d: %s", s->Label(),
-          FormatBytes(ask.bytes), device, reason);
+    ++wait->requests;
+    wait->asked_bytes += ask.bytes;
+    pressure_asked_bytes_ += ask.bytes;
+    VLogf("asking %s for %s on device %d (%s of it cached): %s", s->Label(),
+          FormatBytes(ask.bytes), device, FormatBytes(ask.promised_bytes),
+          reason);
   }
-  return asked;
+  wait->last_progress = now;
+}
+
+void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
+                              absl::Time now) {
+  const ChunkBooks::Holding after = books_.holding(s->id);
+  for (const auto& [device, was] : before.leased_by_device) {
+    auto n = after.leased_by_device.find(device);
+    const uint64_t now_held =
+        n == after.leased_by_device.end() ? 0 : n->second.bytes;
+    uint64_t gone = was.bytes - std::min(was.bytes, now_held);
+    if (gone == 0) continue;
+    bool owed = false;
+    for (Session::PressureDebt& d : s->debts) {
+      if (d.device != device) continue;
+      owed = true;
+      const uint64_t take =
+          std::min(gone, d.asked - std::min(d.asked, d.returned));
+      d.returned += take;
+      d.last_progress = now;
+      pressure_returned_bytes_ += take;
+      gone -= take;
+      if (gone == 0) break;
+    }
+    // Given back of its own accord: it does not need its old peak.
+    if (!owed && s->pressure_outstanding == 0)
+      s->growth[device].peak = now_held;
+  }
+}
+
+void Lake::NoteGrantLocked(Session* s, int device, uint64_t bytes,
+                           absl::Time now) {
+  Session::Growth& g = s->growth[device];
+  g.grants.emplace_back(now, bytes);
+  const ChunkBooks::Holding h = books_.holding(s->id);
+  auto n = h.leased_by_device.find(device);
+  if (n != h.leased_by_device.end()) g.peak = std::max(g.peak, n->second.bytes);
 }
 
 absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
@@ -387,8 +568,12 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
   grant.device = r->device;
   grant.chunk_size = r->chunk_bytes;
   grant.chunk_ids = *std::move(granted);
-  sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, absl::Now());
+  const absl::Time now = absl::Now();
+  sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, now);
   ++leases_served_;
+  leased_chunks_total_ += r->count;
+  leased_bytes_total_ += r->count * grant.chunk_size;
+  NoteGrantLocked(s, r->device, r->count * grant.chunk_size, now);
   VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
         grant.lease_id, r->count, FormatBytes(r->count * grant.chunk_size),
         r->device, label, r->dirty.size(), r->made.size());
@@ -464,7 +649,9 @@ absl::StatusOr<uint64_t> Lake::ReturnChunks(
     return absl::Status(ok.code(),
                         absl::StrCat(ok.message(), "; nothing was returned"));
   }
+  const ChunkBooks::Holding before = books_.holding(session);
   const uint64_t bytes = FreeChunksLocked(**found, chunk_ids);
+  NoteReturnedLocked(*found, before, absl::Now());
   // Returned before being claimed: they leave their pending lease.
   SessionTable::DropFromUnclaimed(
       *found,

@@ -153,6 +153,21 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
           "Rounds of pressure requests: one per lease that had to ask "
           "others, one more each time it asked further.",
           st.pressure_rounds());
+  Counter(&t, "gmlake_pressure_asked_bytes_total",
+          "Bytes that pressure requests asked sessions to return.",
+          st.pressure_asked_bytes());
+  Counter(&t, "gmlake_pressure_returned_bytes_total",
+          "Bytes that sessions returned against pressure requests.",
+          st.pressure_returned_bytes());
+  Counter(&t, "gmlake_pressure_undelivered_total",
+          "Pressure requests settled with less than the session's cache "
+          "report promised (answered short, or silent past "
+          "--pressure_patience).",
+          st.pressure_undelivered());
+  Counter(&t, "gmlake_leased_chunks_total", "Chunks granted by leases.",
+          st.leased_chunks_total());
+  Counter(&t, "gmlake_leased_bytes_total", "Bytes granted by leases.",
+          st.leased_bytes_total());
   HistogramFamily(&t, "gmlake_pressure_wait_seconds",
                   "How long leases that asked others for memory took, from "
                   "the first request to the answer, served or failed.",

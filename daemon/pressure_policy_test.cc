@@ -64,5 +64,92 @@ TEST(PressurePolicyTest, TheOrderDoesNotDependOnTheInput) {
   EXPECT_THAT(a, ElementsAre(PressureAsk{1, 100}, PressureAsk{2, 50}));
 }
 
+// Issue 20 D: a session holding one chunk that reports 1 TiB cached is
+// believed for one chunk, so the honest holder of a large cache is asked
+// first; and once it fails to deliver, its claims count for less.
+TEST(PressurePolicyTest, AClaimCountsOnlyUpToWhatIsHeld) {
+  const uint64_t kTiB = uint64_t{1} << 40;
+  EXPECT_THAT(ChoosePressure({{1, kTiB, 2}, {2, 316, 316}}, 100),
+              ElementsAre(PressureAsk{2, 100}));
+  EXPECT_EQ(CredibleCache({1, kTiB, 2}), 2u);
+}
+
+TEST(PressurePolicyTest, ASessionThatDidNotDeliverIsDiscountedAndAskedLast) {
+  EXPECT_EQ(CredibleCache({1, 80, 100, 0}), 80u);
+  EXPECT_EQ(CredibleCache({1, 80, 100, 1}), 40u);
+  EXPECT_EQ(CredibleCache({1, 80, 100, 3}), 10u);
+  EXPECT_EQ(CredibleCache({1, 80, 100, 64}), 0u);
+  // It claims more than the honest one, but delivered nothing twice.
+  EXPECT_THAT(ChoosePressure({{1, 100, 100, 2}, {2, 60, 100, 0}}, 50),
+              ElementsAre(PressureAsk{2, 50}));
+  // Holders are asked beyond their caches: the undelivering one last.
+  EXPECT_THAT(ChoosePressure({{1, 0, 100, 2}, {2, 0, 100, 0}}, 150),
+              ElementsAre(PressureAsk{2, 100}, PressureAsk{1, 50}));
+}
+
+// Issue 17: a turn switch asks once for the whole need, from caches only;
+// only the shortfall may come out of what holders use.
+TEST(PressurePolicyTest, TheWantBeyondTheShortfallComesFromCachesOnly) {
+  const std::vector<PressureAsk> asks =
+      ChoosePressure({{1, 300, 400}, {2, 100, 500}}, 50, 1000);
+  EXPECT_THAT(asks, ElementsAre(PressureAsk{1, 300}, PressureAsk{2, 100}));
+  EXPECT_EQ(asks[0].promised_bytes, 300u);
+  // Caches short of the shortfall: the rest from holdings, not promised.
+  const std::vector<PressureAsk> more =
+      ChoosePressure({{1, 30, 400}, {2, 0, 500}}, 100, 1000);
+  EXPECT_THAT(more, ElementsAre(PressureAsk{1, 100}));
+  EXPECT_EQ(more[0].promised_bytes, 30u);
+}
+
+TEST(PressurePolicyTest, WantIsTheShortfallOrTheRecentGrowthWithinQuota) {
+  EXPECT_EQ(PressureWant({10, 0, 0}), 10u);
+  EXPECT_EQ(PressureWant({10, 500, 0}), 500u);         // growth
+  EXPECT_EQ(PressureWant({10, 50, 800}), 800u);        // back to its peak
+  EXPECT_EQ(PressureWant({10, 500, 800, 300}), 300u);  // the quota bounds
+  EXPECT_EQ(PressureWant({10, 500, 800, 4}), 10u);     // never below short
+}
+
+TEST(PressurePolicyTest, DebtsAreJudgedByBytesAnswersAndPatience) {
+  const absl::Duration p = absl::Milliseconds(500);
+  PressureDebtView d{100, 100, 0, false, false, absl::Milliseconds(10)};
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kPending);
+  d.since_progress = p;
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kOverdue);  // silent
+  EXPECT_TRUE(Undelivered(d));
+  d.returned_bytes = 100;
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kDelivered);
+  // Answered at once having returned nothing: short, and undelivered.
+  d = {100, 100, 0, true, false, absl::ZeroDuration()};
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kShort);
+  EXPECT_TRUE(Undelivered(d));
+  // Asked beyond its cache, it gave its cache: short but not undelivered.
+  d = {100, 30, 30, true, false, absl::ZeroDuration()};
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kShort);
+  EXPECT_FALSE(Undelivered(d));
+  d = {100, 30, 0, false, true, absl::ZeroDuration()};
+  EXPECT_EQ(JudgeDebt(d, p), DebtState::kShort);  // its session ended
+}
+
+TEST(PressurePolicyTest, ALeaseWaitsWhileMemoryComesAndAsksForWhatIsMissing) {
+  const absl::Duration t = absl::Seconds(2);
+  // Missing bytes nobody owes, and someone to ask: ask.
+  EXPECT_EQ(NextLeaseStep({100, 40, false, true, absl::ZeroDuration(), t}),
+            LeaseStep::kAsk);
+  // Enough on its way: wait, even with more to ask.
+  EXPECT_EQ(NextLeaseStep({100, 100, false, true, absl::ZeroDuration(), t}),
+            LeaseStep::kWait);
+  // Some on its way, nobody else: wait for it.
+  EXPECT_EQ(NextLeaseStep({100, 40, false, false, absl::Seconds(1), t}),
+            LeaseStep::kWait);
+  // A silent one may still deliver: wait, until nothing came for the
+  // timeout.
+  EXPECT_EQ(NextLeaseStep({100, 0, true, false, absl::Seconds(1), t}),
+            LeaseStep::kWait);
+  EXPECT_EQ(NextLeaseStep({100, 0, true, false, t, t}), LeaseStep::kGiveUp);
+  // Nothing on its way and nobody to ask: give up at once.
+  EXPECT_EQ(NextLeaseStep({100, 0, false, false, absl::ZeroDuration(), t}),
+            LeaseStep::kGiveUp);
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -91,6 +91,33 @@ struct Session {
   // pressure_outstanding.
   uint64_t reports = 0;
   uint64_t pressure_outstanding = 0;
+  // A pressure request sent to this session and not settled yet
+  // (lake_lease.cc; judged by daemon/pressure_policy.h).
+  struct PressureDebt {
+    int device = 0;
+    uint64_t beneficiary = 0;  // the session whose lease asked
+    uint64_t asked = 0;
+    uint64_t promised = 0;     // the part its cache report covered
+    uint64_t returned = 0;     // returned since
+    uint64_t answer_due = 0;   // answered once reports reach this
+    absl::Time last_progress;  // asked, or bytes came
+    bool overdue = false;      // silent past its patience, counted so
+  };
+  std::vector<PressureDebt> debts;
+  // Requests it lately settled without returning what it promised (0 after
+  // one it delivered in full): the policy discounts its cache reports.
+  uint32_t undelivered = 0;
+  // When it last settled a request short (or let it pass) for each
+  // beneficiary: a lease waiting since before then does not ask it again.
+  absl::flat_hash_map<uint64_t, absl::Time> short_for;
+  // Per device: its recent grants (when, bytes) and the most it held since
+  // it last gave back memory of its own accord: what it will need again
+  // when it takes its turn.
+  struct Growth {
+    std::vector<std::pair<absl::Time, uint64_t>> grants;
+    uint64_t peak = 0;
+  };
+  std::map<int, Growth> growth;
   // Leases granted and not claimed yet (their descriptors not delivered).
   struct Unclaimed {
     std::vector<uint64_t> chunk_ids;

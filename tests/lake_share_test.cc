@@ -8,6 +8,8 @@
 
 #include "tools/lake_share.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -87,6 +89,82 @@ TEST(LakeShareTest, PreferReclaimKeepsALargeLakeNearTheFloor) {
   EXPECT_LE(r->node_peak_bytes, r->floor_bytes + wasted_apart * 2 / 3)
       << "node peak " << r->node_peak_over_floor << " x the floor; apart "
       << static_cast<double>(r->sum_of_process_peaks_bytes) / r->floor_bytes;
+}
+
+// Issue 17 §5: turns through one gmlaked whose capacity is below the sum of
+// the processes' peaks, asserted in counts, not times. A turn switch (the
+// busy process needs what an idle one caches) used to cost one pressure
+// round per lease call (5,960 rounds for 6,827 leases on an H200, and 13
+// failed leases).
+TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
+  LakeShareConfig config;
+  config.trace_paths = {ShippedTracePath("llama1b_full_ckpt"),
+                        ShippedTracePath("llama1b_infer")};
+  for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
+  config.self = RunfilePath("tools/gmlake-replay");
+  config.gmlaked = RunfilePath("daemon/gmlaked");
+  config.rounds = 3;
+  config.progress = false;
+  config.sample_every = absl::ZeroDuration();
+  // Only the need of the process taking its turn counts (its shortfall and
+  // its deficit against its own peak), not its growth over a window of
+  // time: the counts do not depend on how fast the machine is. A late
+  // answer must not be taken for none.
+  config.gmlaked_flags = {"--pressure_growth_window=0",
+                          "--pressure_patience=30s"};
+  config.reclaim_timeout = absl::Seconds(60);
+  absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->phases.size(), 6u);
+  ASSERT_GT(r->sum_of_process_peaks_bytes, r->capacity_bytes);
+  const LakePhase& last = r->phases.back();
+  EXPECT_EQ(last.leases_failed, 0u);
+  // Per turn, the rounds of pressure (a turn switch is every phase after
+  // the first: the busy process changes).
+  uint64_t rounds_before = r->phases[0].pressure_rounds;
+  uint64_t switches_with_pressure = 0, most_rounds_in_a_later_switch = 0;
+  uint64_t rounds_in_later_switches = 0;
+  for (size_t i = 1; i < r->phases.size(); ++i) {
+    const uint64_t rounds = r->phases[i].pressure_rounds - rounds_before;
+    rounds_before = r->phases[i].pressure_rounds;
+    std::printf("phase %zu (%s): %llu pressure rounds\n", i,
+                r->phases[i].trace.c_str(),
+                static_cast<unsigned long long>(rounds));
+    switches_with_pressure += rounds > 0;
+    // A process's first turn has no peak of its own to go by yet.
+    if (i >= 2) {
+      most_rounds_in_a_later_switch =
+          std::max(most_rounds_in_a_later_switch, rounds);
+      rounds_in_later_switches += rounds;
+    }
+  }
+  EXPECT_GE(switches_with_pressure, 1u);
+  // Typically 2, 1, 2, 1 rounds in phases 2-5, at most 3 in one of them in
+  // 12 runs beside a build (the idle process's last usage report may lag
+  // its cache); the code before counted 2, 45, 2, 43.
+  EXPECT_LE(most_rounds_in_a_later_switch, 4u);
+  EXPECT_LE(rounds_in_later_switches, 12u);
+  // Lease calls and chunks per GiB grown, reported for the engineer
+  // reducing them; the bounds are what this code meets (2 MiB chunks, one
+  // lease per chunk at worst: 512 per GiB).
+  const double gib = static_cast<double>(last.leased_bytes) / (1 << 30);
+  ASSERT_GT(gib, 0);
+  const double leases_per_gib = last.leases_served / gib;
+  const double chunks_per_gib = last.leased_chunks / gib;
+  std::printf(
+      "leases %llu, chunks %llu, %.2f GiB leased: %.1f leases and %.1f "
+      "chunks per GiB; pressure asked %llu bytes, %llu came back\n",
+      static_cast<unsigned long long>(last.leases_served),
+      static_cast<unsigned long long>(last.leased_chunks), gib, leases_per_gib,
+      chunks_per_gib,
+      static_cast<unsigned long long>(last.pressure_asked_bytes),
+      static_cast<unsigned long long>(last.pressure_returned_bytes));
+  EXPECT_LE(leases_per_gib, 512);
+  EXPECT_LE(chunks_per_gib, 512);
+  // What came back against what was asked: the idle processes deliver.
+  EXPECT_GT(last.pressure_asked_bytes, 0u);
+  EXPECT_LE(last.pressure_returned_bytes, last.pressure_asked_bytes);
+  EXPECT_GE(last.pressure_returned_bytes * 2, last.pressure_asked_bytes);
 }
 
 }  // namespace

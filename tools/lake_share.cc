@@ -37,9 +37,10 @@ namespace {
 constexpr uint64_t kChunk = uint64_t{2} << 20;
 
 struct NodeView {
-  uint64_t created = 0;   // bytes of chunks gmlaked holds, all devices
-  uint64_t capacity = 0;  // its capacity, all devices
-  uint64_t pressure = 0;  // pressure requests sent so far
+  uint64_t created = 0;       // bytes of chunks gmlaked holds, all devices
+  uint64_t capacity = 0;      // its capacity, all devices
+  uint64_t pressure = 0;      // pressure requests sent so far
+  v1::StatusResponse status;  // the whole answer, for its counters
 };
 
 // Samples gmlaked's Status on a thread of its own until destroyed: what the
@@ -107,6 +108,7 @@ absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
     v.capacity += d.capacity_bytes();
   }
   v.pressure = resp.pressure_requests_sent();
+  v.status = resp;
   return v;
 }
 
@@ -254,6 +256,8 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
         absl::StrCat("--capacity=", result.capacity_bytes),
         absl::StrCat("--host_capacity=", host_capacity),
         absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
+    flags.insert(flags.end(), config.gmlaked_flags.begin(),
+                 config.gmlaked_flags.end());
     if (config.reclaim_timeout > absl::ZeroDuration()) {
       flags.push_back(absl::StrCat(
           "--reclaim_timeout=", absl::FormatDuration(config.reclaim_timeout)));
@@ -338,6 +342,14 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       p.client_reserved_peak = d["reserved_peak"].get<uint64_t>();
       p.node_bytes = node->created;
       p.pressure_requests = node->pressure;
+      const v1::StatusResponse& st = node->status;
+      p.pressure_rounds = st.pressure_rounds();
+      p.pressure_asked_bytes = st.pressure_asked_bytes();
+      p.pressure_returned_bytes = st.pressure_returned_bytes();
+      p.leases_served = st.leases_served();
+      p.leases_failed = st.leases_failed();
+      p.leased_chunks = st.leased_chunks_total();
+      p.leased_bytes = st.leased_bytes_total();
       p.floor_bytes = phase_floor[phase];
       p.seconds = d["seconds"].get<double>();
       p.start_seconds = started;

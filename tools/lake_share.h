@@ -37,6 +37,8 @@ struct LakeShareConfig {
   // to give memory back (0: gmlaked's default). Tests on busy machines give
   // it a margin.
   absl::Duration reclaim_timeout = absl::ZeroDuration();
+  // More gmlaked flags (when it starts one).
+  std::vector<std::string> gmlaked_flags;
   std::string conf;     // GMLAKE_CONF for the clients' allocators
   std::string socket;   // an already running gmlaked; empty: start one
   std::string gmlaked;  // path of gmlaked (empty: beside this binary)
@@ -55,6 +57,14 @@ struct LakePhase {
   uint64_t node_bytes = 0;            // chunks gmlaked holds after it
   uint64_t floor_bytes = 0;           // most live across processes in it
   uint64_t pressure_requests = 0;     // sent by gmlaked so far
+  // gmlaked's counters after the phase, all so far (StatusResponse).
+  uint64_t pressure_rounds = 0;
+  uint64_t pressure_asked_bytes = 0;
+  uint64_t pressure_returned_bytes = 0;
+  uint64_t leases_served = 0;
+  uint64_t leases_failed = 0;
+  uint64_t leased_chunks = 0;
+  uint64_t leased_bytes = 0;
   double seconds = 0;
   double start_seconds = 0;  // since the first phase began
 };

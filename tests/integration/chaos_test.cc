@@ -8,7 +8,10 @@
 // driver loop kills random clients with -9 (starting others in their place),
 // kills gmlaked with -9 and starts it again twice (the clients reconnect
 // and are adopted), sends garbage to both sockets, and opens sessions it
-// drops. At the end, asserted:
+// drops; and a lying session (issue 20 §D: it holds one chunk, reports
+// 1 TiB cached and answers pressure at once with nothing, or never; a new
+// one after each restart, the two ways in turn) sits among the clients.
+// At the end, asserted:
 //   * created = leased + free + scrubbing on every device;
 //   * no chunk was ever held by two live processes at once, from the
 //     clients' own records (memfd inodes, held intervals);
@@ -106,7 +109,7 @@ struct Client {
 // What the driver did and saw.
 struct Tally {
   int kills = 0, restarts = 0, started = 0;
-  int garbage_fd = 0, garbage_grpc = 0, sessions_dropped = 0;
+  int garbage_fd = 0, garbage_grpc = 0, sessions_dropped = 0, liars = 0;
   uint64_t leases = 0, pressure_rounds = 0, zeroed_bytes = 0;
   absl::Duration slowest_kill_back;
 };
@@ -237,6 +240,27 @@ class Chaos : public ::testing::Test {
     absl::Status s = daemon_->Restart();
     ASSERT_TRUE(s.ok()) << s << daemon_->Log();
     ++tally_.restarts;
+    StartLiar();  // the last one's session went with the daemon
+  }
+
+  // A session that claims 1 TiB of cache beside its one chunk and answers
+  // pressure with nothing ("nothing") or not at all ("silent"), in turns.
+  // Its lease may fail while the lake is full; it lies all the same.
+  void StartLiar() {
+    if (liar_ != nullptr) liar_->Kill(SIGKILL);
+    absl::StatusOr<std::unique_ptr<ClientProcess>> l =
+        ClientProcess::StartBinary(
+            "tests/integration/raw_client", daemon_->socket(),
+            {"--name=liar",
+             absl::StrCat("--uid=", ::getuid() == 0 ? 2004 : -1)});
+    ASSERT_TRUE(l.ok()) << l.status();
+    liar_ = *std::move(l);
+    liar_->Command("lease 0 1").IgnoreError();
+    const char* mode = tally_.liars % 2 == 0 ? "nothing" : "silent";
+    ASSERT_TRUE(liar_->Command(absl::StrCat("watch ", mode)).ok());
+    ASSERT_TRUE(
+        liar_->Command(absl::StrCat("usage 0 0 ", uint64_t{1} << 40)).ok());
+    ++tally_.liars;
   }
 
   void SendGarbage() {
@@ -330,6 +354,7 @@ class Chaos : public ::testing::Test {
   Slice slices_[kClients];
   Client clients_[kClients];
   std::vector<Client> killed_;
+  std::unique_ptr<ClientProcess> liar_;
   std::vector<std::string> records_;
   Tally tally_;
 };
@@ -345,13 +370,16 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
   // even when all peak at once, but not what their allocators would cache
   // on their own, so pressure never stops (pressure rounds below).
   const uint64_t capacity =
-      ((sum + kClients * 2 * kChunk + kChunk - 1) / kChunk) * kChunk;
+      ((sum + kClients * 2 * kChunk + kChunk - 1) / kChunk) * kChunk +
+      kChunk;  // the liar's
   absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
       {absl::StrCat("--capacity=", capacity), "--reclaim_timeout=5s",
        "--bind_timeout=2s", "--release_idle=0"});
   ASSERT_TRUE(d.ok()) << d.status();
   daemon_ = *std::move(d);
   const int baseline_fds = OpenDescriptors(daemon_->pid());
+  StartLiar();
+  if (::testing::Test::HasFatalFailure()) return;
   for (int i = 0; i < kClients; ++i) StartClient(i, seconds);
 
   const absl::Time start = absl::Now();
@@ -390,6 +418,8 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
     finished += done.ok() && absl::StartsWith(*done, "done ");
     if (done.ok()) c.proc->Quit().IgnoreError();
   }
+  // The liar lied to the end; it leaves with the others.
+  if (liar_ != nullptr) liar_->Quit().IgnoreError();
   // Everyone gone: the books balance, and with the free chunks trimmed the
   // daemon holds the descriptors it started with.
   absl::StatusOr<v1::StatusResponse> idle = daemon_->WaitFor(
@@ -424,6 +454,7 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
               tally_.garbage_fd, tally_.garbage_grpc);
   std::printf("  %-40s %d\n", "sessions opened and dropped",
               tally_.sessions_dropped);
+  std::printf("  %-40s %d\n", "lying sessions (1 TiB claimed)", tally_.liars);
   std::printf("  %-40s %llu\n", "leases served",
               static_cast<unsigned long long>(tally_.leases));
   std::printf("  %-40s %llu\n", "pressure rounds",

@@ -196,6 +196,9 @@ class ScrapeTest(unittest.TestCase):
                      "gmlake_leases_failed_total", "gmlake_reclaimed_bytes_total",
                      "gmlake_zeroed_bytes_total",
                      "gmlake_pressure_rounds_total",
+                     "gmlake_pressure_asked_bytes_total",
+                     "gmlake_pressure_returned_bytes_total",
+                     "gmlake_leased_chunks_total",
                      "gmlake_released_bytes_total"):
           self.assertIn(name, fams)
         # Conventions: bytes in _bytes, seconds in _seconds.

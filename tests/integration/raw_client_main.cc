@@ -23,6 +23,14 @@
 //   impersonate S T    later gRPC calls (lease, return, usage, close) name
 //                      session S with token T, another's    -> ok
 //   usage              ReportUsage with no figures          -> ok
+//   usage D U C        ReportUsage of U used and C cached bytes on device D,
+//                      whatever it holds (a liar's report)  -> ok
+//   watch MODE         opens a Watch stream (returns once its hello came)
+//                      and answers each request in the background: MODE
+//                      nothing: at once, returning nothing (a ReportUsage
+//                      of the last figures reported); silent: never
+//                                                          -> ok
+//   watch_status       -> ok <requests received>
 //   flood N KIND       in the background, sends N requests that are refused
 //                      (KIND bind: binds with a wrong token on a new
 //                      connection; claim: claims of an unknown lease on the
@@ -64,6 +72,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/fd_passing.h"
 #include "common/unique_fd.h"
 #include "grpcpp/grpcpp.h"
@@ -215,15 +224,20 @@ class RawClient {
       return std::string();
     }
     if (cmd == "usage") {
-      v1::ReportUsageRequest req;
-      req.set_session_id(session_);
-      req.set_token(token_);
-      v1::ReportUsageResponse resp;
-      grpc::ClientContext ctx;
-      absl::Status s = FromGrpc(stub_->ReportUsage(&ctx, req, &resp));
+      if (w.size() == 4) {
+        v1::DeviceUsage u;
+        u.set_device(static_cast<int>(arg(1)));
+        u.set_used_bytes(arg(2));
+        u.set_cached_bytes(arg(3));
+        absl::MutexLock l(&watch_mu_);
+        usage_ = u;
+      }
+      absl::Status s = SendUsage(w.size() == 4);
       if (!s.ok()) return s;
       return std::string();
     }
+    if (cmd == "watch") return Watch(w.size() > 1 ? w[1] : "");
+    if (cmd == "watch_status") return absl::StrCat(watch_requests_.load());
     if (cmd == "close") {
       v1::CloseSessionRequest req;
       req.set_session_id(session_);
@@ -274,6 +288,8 @@ class RawClient {
   }
 
   void Finish() {
+    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+    if (watcher_.joinable()) watcher_.join();
     if (pending_.joinable()) pending_.join();
     flood_stop_ = true;
     for (std::thread& t : flood_threads_) t.join();
@@ -281,6 +297,54 @@ class RawClient {
   }
 
  private:
+  // ReportUsage, with the figures of the last `usage D U C` if `figures`.
+  absl::Status SendUsage(bool figures) {
+    v1::ReportUsageRequest req;
+    req.set_session_id(session_);
+    req.set_token(token_);
+    if (figures) {
+      absl::MutexLock l(&watch_mu_);
+      *req.add_usage() = usage_;
+    }
+    v1::ReportUsageResponse resp;
+    grpc::ClientContext ctx;
+    return FromGrpc(stub_->ReportUsage(&ctx, req, &resp));
+  }
+
+  absl::StatusOr<std::string> Watch(const std::string& mode) {
+    if (mode != "nothing" && mode != "silent") {
+      return absl::InvalidArgumentError("watch nothing|silent");
+    }
+    if (watcher_.joinable()) return absl::FailedPreconditionError("watching");
+    watch_ctx_ = std::make_unique<grpc::ClientContext>();
+    v1::WatchRequest req;
+    req.set_session_id(session_);
+    req.set_token(token_);
+    watch_reader_ = stub_->Watch(watch_ctx_.get(), req);
+    v1::PressureRequest hello;
+    if (!watch_reader_->Read(&hello)) {
+      return FromGrpc(watch_reader_->Finish());
+    }
+    const bool answer = mode == "nothing";
+    watcher_ = std::thread([this, answer] {
+      v1::PressureRequest p;
+      while (watch_reader_->Read(&p)) {
+        if (p.bytes_wanted() == 0) continue;
+        ++watch_requests_;
+        if (answer) SendUsage(true).IgnoreError();
+      }
+      watch_reader_->Finish().IgnoreError();
+    });
+    return std::string();
+  }
+
+  absl::Mutex watch_mu_;
+  v1::DeviceUsage usage_ ABSL_GUARDED_BY(watch_mu_);
+  std::unique_ptr<grpc::ClientContext> watch_ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::PressureRequest>> watch_reader_;
+  std::thread watcher_;
+  std::atomic<uint64_t> watch_requests_{0};
+
   struct Held {
     UniqueFd fd;
     uint8_t* base = nullptr;

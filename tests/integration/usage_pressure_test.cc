@@ -48,7 +48,10 @@ std::pair<int64_t, int64_t> ReportedUsage(const v1::StatusResponse& st,
 
 TEST(UsagePressure, TheSessionWithTheMostCacheGivesFirst) {
   absl::StatusOr<std::unique_ptr<Daemon>> started =
-      Daemon::Start({"--capacity=40MiB", "--reclaim_timeout=10s"});
+      Daemon::Start({"--capacity=40MiB", "--reclaim_timeout=10s",
+                     // Asks for the shortfall only, not the newcomer's
+                     // growth over a window of time.
+                     "--pressure_growth_window=0"});
   ASSERT_OK(started);
   Daemon* d = started->get();
   // The largest holder: 24 MiB, 20 of them live.

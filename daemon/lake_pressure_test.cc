@@ -1,0 +1,327 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Pressure as a turn-taking node sees it (issues 17 and 20): a real Lake
+// over the host backend (memfd chunks), sessions that answer pressure from
+// their own threads as DaemonChunkSource does (Return, then ReportUsage),
+// honestly, slowly, or not at all. Counts are asserted, not times; the
+// only time bounds are liveness bounds.
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/mutex.h"
+#include "daemon/lake.h"
+#include "daemon/lake_testing.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace testing {
+namespace {
+
+constexpr size_t kChunk = kTestChunk;
+constexpr uint64_t kTiB = uint64_t{1} << 40;
+
+enum class Answer {
+  kHonest,  // returns what was asked (or all it holds), then reports
+  kLiar,    // reports 1 TiB cached at once, returns nothing
+  kSilent,  // never answers
+  kSlow,    // returns one chunk every `step`, then reports
+};
+
+// A session's client: the sink queues requests, a thread of the test's
+// answers them. Stop() (or the destructor) joins the thread, so it ends
+// before the lake does: declare it after the TestLake.
+class Client {
+ public:
+  Client(Lake* lake, SessionTicket t, Answer how,
+         absl::Duration step = absl::Milliseconds(200))
+      : lake_(lake), t_(std::move(t)), how_(how), step_(step) {
+    queue_ = std::make_shared<Queue>();
+    thread_ = std::thread([this] { Run(); });
+    EXPECT_TRUE(
+        lake_->AttachWatcher(t_.id, t_.token, std::make_shared<Sink>(queue_))
+            .ok());
+  }
+  ~Client() { Stop(); }
+
+  // Leases `n` chunks, one lease of one chunk each; returns how many were
+  // granted.
+  int LeaseOneByOne(int n) {
+    int granted = 0;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<LeaseGrant> g = lake_->Lease(t_.id, t_.token, 0, 1);
+      EXPECT_TRUE(g.ok()) << g.status();
+      if (!g.ok()) continue;
+      ++granted;
+      MutexLock l(&mu_);
+      ids_.insert(ids_.end(), g->chunk_ids.begin(), g->chunk_ids.end());
+    }
+    return granted;
+  }
+  // Reports `cached` chunks of what it holds as cached (a liar: 1 TiB).
+  void ReportCached(uint64_t cached_bytes) {
+    DeviceUsageReport u{0, 0, cached_bytes};
+    EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {u}).ok());
+  }
+  void ReportAllCached() { ReportCached(held() * kChunk); }
+  size_t held() {
+    MutexLock l(&mu_);
+    return ids_.size();
+  }
+  size_t requests() {
+    absl::MutexLock l(&queue_->mu);
+    return queue_->received;
+  }
+  void Stop() {
+    {
+      absl::MutexLock l(&queue_->mu);
+      queue_->stop = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Queue {
+    absl::Mutex mu;
+    std::deque<Pressure> requests;
+    size_t received = 0;
+    bool stop = false;
+  };
+  class Sink : public PressureSink {
+   public:
+    explicit Sink(std::shared_ptr<Queue> q) : q_(std::move(q)) {}
+    void Send(const Pressure& p) override {
+      absl::MutexLock l(&q_->mu);
+      q_->requests.push_back(p);
+      ++q_->received;
+    }
+    void Close(const absl::Status&) override {}
+
+   private:
+    std::shared_ptr<Queue> q_;
+  };
+
+  void Run() {
+    for (;;) {
+      Pressure p;
+      {
+        absl::MutexLock l(&queue_->mu);
+        auto ready = [this] {
+          return queue_->stop || !queue_->requests.empty();
+        };
+        queue_->mu.Await(absl::Condition(&ready));
+        if (queue_->stop) return;
+        p = queue_->requests.front();
+        queue_->requests.pop_front();
+      }
+      Handle(p);
+    }
+  }
+  void Handle(const Pressure& p) {
+    switch (how_) {
+      case Answer::kSilent:
+        return;
+      case Answer::kLiar:
+        ReportCached(kTiB);
+        return;
+      case Answer::kHonest:
+        GiveBack((p.bytes + kChunk - 1) / kChunk);
+        ReportAllCached();
+        return;
+      case Answer::kSlow:
+        for (uint64_t n = (p.bytes + kChunk - 1) / kChunk; n > 0; --n) {
+          {
+            absl::MutexLock l(&queue_->mu);
+            if (queue_->stop) return;
+          }
+          absl::SleepFor(step_);
+          if (GiveBack(1) == 0) break;
+        }
+        ReportAllCached();
+        return;
+    }
+  }
+  size_t GiveBack(uint64_t n) {
+    std::vector<uint64_t> give;
+    {
+      MutexLock l(&mu_);
+      while (give.size() < n && !ids_.empty()) {
+        give.push_back(ids_.back());
+        ids_.pop_back();
+      }
+    }
+    if (!give.empty()) {
+      EXPECT_TRUE(lake_->Return(t_.id, t_.token, give).ok());
+    }
+    return give.size();
+  }
+
+  Lake* const lake_;
+  const SessionTicket t_;
+  const Answer how_;
+  const absl::Duration step_;
+  Mutex mu_;
+  std::vector<uint64_t> ids_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Queue> queue_;
+  std::thread thread_;
+};
+
+// Issue 17 §2: with gmlaked's defaults, every lease of a process taking
+// its turn asked again for one chunk (5,960 rounds for 6,827 leases on an
+// H200). A turn switch now asks once for what the process held before its
+// memory was taken back: the lease calls after it find the chunks free.
+TEST(LakePressure, ATurnSwitchCostsOneRoundNotOnePerLease) {
+  LakeOptions o = TestLakeOptions(16);
+  // Only the peak counts here, not the growth over a window of time: the
+  // counts do not depend on how fast the machine is.
+  o.pressure_growth_window = absl::ZeroDuration();
+  TestLake lake(std::move(o));
+  SessionTicket ta = lake.Open(1000, "trainer");
+  SessionTicket tb = lake.Open(1000, "inference");
+  auto a = std::make_unique<Client>(&lake.lake(), ta, Answer::kHonest);
+  auto b = std::make_unique<Client>(&lake.lake(), tb, Answer::kHonest);
+
+  // Turn 1: the trainer grows to 12 chunks and goes idle, all cached.
+  EXPECT_EQ(a->LeaseOneByOne(12), 12);
+  a->ReportAllCached();
+  // Turn 2: inference, new, grows to 12; the trainer gives back 8. (A
+  // session's first turn has no peak to go by: with no growth window
+  // either, it asks for its shortfall each time.)
+  EXPECT_EQ(b->LeaseOneByOne(12), 12);
+  b->ReportAllCached();
+  const v1::StatusResponse before = lake.Status();
+  ASSERT_EQ(before.leases_failed(), 0u);
+  ASSERT_EQ(a->held(), 4u);
+
+  // Turn 3: the trainer takes back its 12, one chunk per lease call: the 8
+  // it lacks come back from inference's cache at once.
+  EXPECT_EQ(a->LeaseOneByOne(8), 8);
+  const v1::StatusResponse after = lake.Status();
+  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
+  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
+            8 * kChunk);
+  EXPECT_EQ(after.pressure_returned_bytes() - before.pressure_returned_bytes(),
+            8 * kChunk);
+  EXPECT_EQ(after.leases_failed(), 0u);
+  EXPECT_EQ(after.leased_chunks_total(), 32u);
+  EXPECT_EQ(after.leased_bytes_total(), 32 * kChunk);
+  a->Stop();
+  b->Stop();
+}
+
+// Issue 17 §2: a lease waits while the memory it asked for keeps coming,
+// even when all of it takes longer than --reclaim_timeout; the timeout
+// counts from the last byte that came.
+TEST(LakePressure, ALeaseWaitsWhileReclaimIsMakingProgress) {
+  LakeOptions o = TestLakeOptions(12);
+  o.reclaim_timeout = absl::Milliseconds(1500);
+  o.pressure_patience = absl::Seconds(1);
+  TestLake lake(std::move(o));
+  SessionTicket ti = lake.Open(1000, "idle");
+  auto idle = std::make_unique<Client>(&lake.lake(), ti, Answer::kSlow,
+                                       absl::Milliseconds(200));
+  EXPECT_EQ(idle->LeaseOneByOne(12), 12);
+  idle->ReportAllCached();
+  SessionTicket busy = lake.Open(1000, "busy");
+  // 12 chunks, one every 200 ms: 2.4 s in all.
+  absl::StatusOr<LeaseGrant> g = lake->Lease(busy.id, busy.token, 0, 12);
+  EXPECT_TRUE(g.ok()) << g.status();
+  const v1::StatusResponse st = lake.Status();
+  EXPECT_EQ(st.pressure_rounds(), 1u);
+  EXPECT_EQ(st.pressure_returned_bytes(), 12 * kChunk);
+  EXPECT_EQ(st.leases_failed(), 0u);
+  idle->Stop();
+}
+
+// Issue 20 §D: a session holding one chunk reported 1 TiB cached; the
+// policy asked it first, asked nobody twice for one lease, and every lease
+// that needed pressure failed while the honest holder cached 158 chunks.
+void LeasesBesideALiar(Answer liar_answers) {
+  LakeOptions o = TestLakeOptions(160);
+  o.reclaim_timeout = absl::Seconds(5);
+  o.pressure_patience = absl::Milliseconds(200);
+  o.pressure_growth_window = absl::ZeroDuration();  // asks: the shortfall
+  TestLake lake(std::move(o));
+  SessionTicket th = lake.Open(1000, "honest");
+  SessionTicket tl = lake.Open(1000, "liar");
+  auto honest = std::make_unique<Client>(&lake.lake(), th, Answer::kHonest);
+  auto liar = std::make_unique<Client>(&lake.lake(), tl, liar_answers);
+  EXPECT_EQ(honest->LeaseOneByOne(158), 158);
+  EXPECT_EQ(liar->LeaseOneByOne(1), 1);
+  honest->ReportAllCached();
+  liar->ReportCached(kTiB);
+
+  SessionTicket other = lake.Open(2000, "other");
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<LeaseGrant> g = lake->Lease(other.id, other.token, 0, 10);
+    EXPECT_TRUE(g.ok()) << "lease " << i << ": " << g.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // liveness only
+  }
+  const v1::StatusResponse st = lake.Status();
+  EXPECT_EQ(st.leases_failed(), 0u);
+  EXPECT_EQ(st.devices(0).leased_chunks(), 160u);
+  // The liar's claim counts for the one chunk it holds: it is never asked
+  // before the honest holder.
+  EXPECT_EQ(liar->held(), 1u);
+  honest->Stop();
+  liar->Stop();
+}
+
+TEST(LakePressure, ALiarThatAnswersAtOnceDoesNotFailOthersLeases) {
+  LeasesBesideALiar(Answer::kLiar);
+}
+
+TEST(LakePressure, ASilentLiarDoesNotFailOthersLeases) {
+  LeasesBesideALiar(Answer::kSilent);
+}
+
+// When the liar is the one asked (its bounded claim is the largest), the
+// lease asks the others for what it did not deliver, within the same
+// lease, and the liar's later claims count for less.
+void ALiarAskedFirst(Answer liar_answers) {
+  LakeOptions o = TestLakeOptions(40);
+  o.reclaim_timeout = absl::Seconds(5);
+  o.pressure_patience = absl::Milliseconds(200);
+  o.pressure_growth_window = absl::ZeroDuration();  // asks: the shortfall
+  TestLake lake(std::move(o));
+  SessionTicket th = lake.Open(1000, "honest");
+  SessionTicket tl = lake.Open(1000, "liar");
+  auto honest = std::make_unique<Client>(&lake.lake(), th, Answer::kHonest);
+  auto liar = std::make_unique<Client>(&lake.lake(), tl, liar_answers);
+  EXPECT_EQ(liar->LeaseOneByOne(20), 20);
+  EXPECT_EQ(honest->LeaseOneByOne(20), 20);
+  liar->ReportCached(kTiB);  // bounded: 20 chunks
+  honest->ReportCached(12 * kChunk);
+
+  SessionTicket other = lake.Open(2000, "other");
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<LeaseGrant> g = lake->Lease(other.id, other.token, 0, 4);
+    EXPECT_TRUE(g.ok()) << "lease " << i << ": " << g.status();
+  }
+  const v1::StatusResponse st = lake.Status();
+  EXPECT_EQ(st.leases_failed(), 0u);
+  EXPECT_GE(liar->requests(), 1u);
+  EXPECT_GE(st.pressure_undelivered(), 1u);
+  EXPECT_EQ(liar->held(), 20u);
+  EXPECT_EQ(honest->held(), 8u);
+  honest->Stop();
+  liar->Stop();
+}
+
+TEST(LakePressure, ALiarAskedFirstAnsweringAtOnceIsMadeUpForByOthers) {
+  ALiarAskedFirst(Answer::kLiar);
+}
+
+TEST(LakePressure, ASilentLiarAskedFirstIsMadeUpForByOthers) {
+  ALiarAskedFirst(Answer::kSilent);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace gmlake
