@@ -107,6 +107,11 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
     const uint64_t have =
         TakeKeptChunks(&d.idle, bytes, any_size ? 0 : unit, &got);
     d.idle_bytes -= have;
+    // What was taken was leased ahead for this, as far as it goes.
+    if (have > 0 && d.ahead_bytes > 0) {
+      d.ahead_bytes -= std::min(d.ahead_bytes, have);
+      d.grew = true;
+    }
     missing = bytes - have;
     idle_epoch = epoch_;
   }
@@ -118,13 +123,26 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
   } else if (missing > 0) {
     runs.push_back({unit, missing / unit});
   }
+  // A small shortfall (chunks of the unit only) leases the next ones ahead
+  // with it; a large one is one lease of large chunks already.
+  size_t ahead = 0;
+  if (runs.size() == 1 && runs[0].size == unit) {
+    MutexLock l(&mu_);
+    ahead = AheadChunksLocked(devices_[device], missing, bytes);
+  }
   std::vector<uint64_t> epochs(from_idle, idle_epoch);
+  std::vector<LeasedChunk> ahead_got;
+  uint64_t ahead_epoch = 0;
   absl::Status s = absl::OkStatus();
   for (const ChunkRun& run : runs) {
     uint64_t lease_epoch = 0;
-    s = LeaseWhenLinked(device, run.count, run.size, &got, &lease_epoch);
+    s = run.size == unit
+            ? LeaseWithAhead(device, run.count, ahead, unit, &got, &ahead_got,
+                             &lease_epoch)
+            : LeaseWhenLinked(device, run.count, run.size, &got, &lease_epoch);
     if (!s.ok()) break;
     epochs.resize(got.size(), lease_epoch);
+    if (!ahead_got.empty()) ahead_epoch = lease_epoch;
   }
   uint64_t keep = 0;
   {
@@ -135,30 +153,113 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
       if (i >= epochs.size() || epochs[i] != epoch_) got[i].id = 0;
     }
     DeviceState& d = devices_[device];
+    uint64_t leased = 0;
+    for (size_t i = from_idle; i < got.size(); ++i) leased += got[i].size;
+    for (LeasedChunk& c : ahead_got) {
+      if (ahead_epoch != epoch_) c.id = 0;
+      d.Idle(c);
+      d.ahead_bytes += c.size;
+      leased += c.size;
+    }
+    if (leased > 0) {
+      d.streak_bytes += leased;
+      d.grew = true;
+    }
     if (s.ok()) {
       for (const LeasedChunk& c : got) d.Hold(c);
       return got;
     }
     // All or nothing: the idle chunks taken, and those of runs leased
     // before the one that failed, are idle (the watermark decides below
-    // which stay).
+    // which stay, besides what was leased ahead).
     for (const LeasedChunk& c : got) d.Idle(c);
-    keep = options_.idle_watermark_bytes;
+    keep = options_.idle_watermark_bytes + d.ahead_bytes;
   }
   if (got.size() > from_idle) TrimIdle(device, keep, 0);
   return s;
 }
 
+size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
+                                            uint64_t missing,
+                                            uint64_t bytes) const {
+  if (missing == 0 || d.ahead_refused || d.chunk_size == 0) return 0;
+  // Room: what this process may hold (its limit, the lake's capacity) past
+  // what it will hold with this request.
+  const uint64_t after = d.held_bytes + bytes + d.idle_bytes;
+  uint64_t room = ~uint64_t{0};
+  for (uint64_t bound : {d.limit, d.lake_capacity}) {
+    if (bound != 0) room = std::min(room, bound > after ? bound - after : 0);
+  }
+  const LeaseAhead policy{options_.lease_ahead_max, 8};
+  return LeaseAheadBytes(policy, d.chunk_size, missing, d.streak_bytes,
+                         d.held_bytes + d.idle_bytes, room) /
+         d.chunk_size;
+}
+
+absl::Status DaemonChunkSource::LeaseWithAhead(
+    int device, size_t count, size_t ahead, uint64_t unit,
+    std::vector<LeasedChunk>* out, std::vector<LeasedChunk>* ahead_out,
+    uint64_t* epoch) {
+  if (ahead > 0) {
+    absl::Status s = LeaseWhenLinked(device, count + ahead, unit, out, epoch,
+                                     /*no_pressure=*/true);
+    if (s.ok()) {
+      ahead_out->assign(out->end() - ahead, out->end());
+      out->resize(out->size() - ahead);
+      return s;
+    }
+    if (!absl::IsResourceExhausted(s)) return s;
+    // The lake has not that much free (or the quota is near): no more
+    // leasing ahead until chunks go back, and the shortfall as asked.
+    MutexLock l(&mu_);
+    devices_[device].ahead_refused = true;
+  }
+  return LeaseWhenLinked(device, count, unit, out, epoch);
+}
+
+void DaemonChunkSource::TrimAheadAfterPause() {
+  size_t n;
+  {
+    MutexLock l(&mu_);
+    n = devices_.size();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t keep = 0;
+    bool trim = false;
+    {
+      MutexLock l(&mu_);
+      DeviceState& d = devices_[i];
+      if (!d.grew) {
+        // Growth paused: the next streak starts small again, and what was
+        // leased ahead for this one goes back.
+        d.streak_bytes = 0;
+        trim = d.ahead_bytes > 0;
+        keep = d.idle_bytes - d.ahead_bytes;
+      }
+      d.grew = false;
+    }
+    if (trim) TrimIdle(static_cast<int>(i), keep, 0);
+  }
+}
+
+uint64_t DaemonChunkSource::ahead_bytes(int device) const {
+  MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  return devices_[device].ahead_bytes;
+}
+
 absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
                                                uint64_t size,
                                                std::vector<LeasedChunk>* out,
-                                               uint64_t* epoch) {
+                                               uint64_t* epoch,
+                                               bool no_pressure) {
   const std::shared_ptr<Rpc> r = link();
   *epoch = r->epoch;
   v1::LeaseRequest req;
   req.set_session_id(r->session);
   req.set_token(r->token);
   req.set_chunk_count(count);
+  req.set_no_pressure(no_pressure);
   {
     MutexLock l(&mu_);
     // gmlaked's number for the device; the chunks are imported on ours.
@@ -266,6 +367,8 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
     }
   }
   if (failure.ok()) {
+    lease_calls_.fetch_add(1);
+    chunks_leased_.fetch_add(count);
     for (auto& [h, fd] : kept) KeepFd(h, std::move(fd));
     out->insert(out->end(), imported.begin(), imported.end());
     return absl::OkStatus();
@@ -304,7 +407,8 @@ void DaemonChunkSource::Return(int device,
       d.Idle({h, it->second.id, it->second.size});
       d.Unhold(it);
     }
-    keep = options_.idle_watermark_bytes;
+    // What was leased ahead stays for the growth it was leased for.
+    keep = options_.idle_watermark_bytes + d.ahead_bytes;
   }
   TrimIdle(device, keep, 0);
 }
@@ -339,6 +443,10 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
       d.idle_bytes -= give.back().size;
       bytes += give.back().size;
     }
+    // Idle chunks go back leased-ahead ones first (nobody asked for them).
+    d.ahead_bytes = std::min(d.ahead_bytes, d.idle_bytes);
+    // Room again: leasing ahead may try anew.
+    if (bytes > 0) d.ahead_refused = false;
     epoch = epoch_;
   }
   if (!give.empty()) GiveBack(device, give, epoch);

@@ -53,11 +53,13 @@ absl::Status DaemonChunkSource::WaitForLink(absl::Time deadline) {
 absl::Status DaemonChunkSource::LeaseWhenLinked(int device, size_t count,
                                                 uint64_t size,
                                                 std::vector<LeasedChunk>* out,
-                                                uint64_t* epoch) {
+                                                uint64_t* epoch,
+                                                bool no_pressure) {
   const absl::Time deadline = absl::Now() + options_.reconnect_wait;
   for (;;) {
     if (absl::Status s = WaitForLink(deadline); !s.ok()) return s;
-    absl::Status s = LeaseAndImport(device, count, size, out, epoch);
+    absl::Status s =
+        LeaseAndImport(device, count, size, out, epoch, no_pressure);
     // Unavailable: gmlaked went away during the lease; lease again from the
     // restarted one.
     if (s.ok() || s.code() != absl::StatusCode::kUnavailable ||

@@ -77,6 +77,7 @@ void DaemonChunkSource::ReportLoop() {
   while (!stop_reports_.WaitForNotificationWithTimeout(
       options_.usage_report_interval)) {
     if (!Lost().ok()) continue;  // until the daemon is back
+    TrimAheadAfterPause();
     PollUsage();
     bool worthy;
     {

@@ -47,12 +47,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/fd_usage.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "common/vmm.h"
 #include "daemon/chunk_books.h"
 #include "daemon/chunk_identity.h"
-#include "common/fd_usage.h"
 #include "daemon/histogram.h"
 #include "daemon/release_policy.h"
 #include "daemon/scrub_policy.h"
@@ -226,9 +226,13 @@ class Lake {
   // free chunks of other sizes. ResourceExhausted with a message naming
   // the quota, or what was asked and what the lake has; InvalidArgument
   // for a size that is no multiple of the device's chunk_size.
+  // `no_pressure` (a lease ahead of need): never asks other sessions or
+  // waits; ResourceExhausted at once when the lake cannot serve it from
+  // free chunks and capacity left.
   absl::StatusOr<LeaseGrant> Lease(uint64_t session, absl::string_view token,
                                    int device, uint64_t count,
-                                   uint64_t chunk_bytes = 0);
+                                   uint64_t chunk_bytes = 0,
+                                   bool no_pressure = false);
   // Starts delivering a lease: returns its chunk ids (at most once per
   // lease). NotFound for an unknown or already claimed lease,
   // PermissionDenied for another session's lease.
@@ -301,6 +305,7 @@ class Lake {
     absl::Time deadline;
     bool reclaim_first = false;  // prefer_reclaim, until the others answered
     bool admitted_once = false;  // the token was checked once
+    bool no_pressure = false;    // LeaseRequest.no_pressure
     // Since when it asked others for memory (never: InfiniteFuture).
     absl::Time pressure_since = absl::InfiniteFuture();
     bool waiting = false;         // counted in waiting_leases_

@@ -21,11 +21,14 @@ namespace gmlake {
 
 absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
-                                       uint64_t count, uint64_t chunk_bytes) {
+                                       uint64_t count, uint64_t chunk_bytes,
+                                       bool no_pressure) {
   const absl::Time start = absl::Now();
   LeaseWait wait;
   wait.deadline = absl::Now() + options_.reclaim_timeout;
-  wait.reclaim_first = options_.prefer_reclaim;
+  // A lease ahead of need takes what no one holds, or nothing.
+  wait.reclaim_first = options_.prefer_reclaim && !no_pressure;
+  wait.no_pressure = no_pressure;
   ChunkBooks::Reservation r;
   // Every step holds the lock in its own scope; pressure requests and
   // session hooks run between steps, without it.
@@ -184,6 +187,11 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
         recycled_bytes_ += c.size;
       }
       return true;
+    }
+    if (wait->no_pressure) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(DescribeShortLocked(*s, device, count, size),
+                       "; a lease ahead of need (no_pressure) asks no one"));
     }
     // Ask sessions for memory: first round at once, and another round
     // (sessions not asked yet) whenever everyone asked so far has answered
