@@ -278,6 +278,10 @@ class Lake {
   // long enough, above each device's floor). Called periodically by the
   // daemon. Returns {bytes, chunks} released.
   std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now);
+  // What the release policy sees of `device`: its books, and whether
+  // anyone uses it (a chunk of it leased, or any session open).
+  DeviceHoldings HoldingsLocked(int device, uint64_t floor_bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the books, the sessions and the counters into `out`.
   void FillStatus(v1::StatusResponse* out) const;
 
