@@ -68,7 +68,7 @@ std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing);
 // and once growth pauses (DaemonChunkSource).
 struct LeaseAhead {
   uint64_t max_bytes = 256ull << 20;  // 0: no leasing ahead
-  uint64_t held_divisor = 8;
+  uint64_t held_divisor = 64;
 };
 
 // Bytes to lease beyond a shortfall of `missing` (whole `unit`s): the

@@ -88,7 +88,7 @@ struct DaemonSourceOptions {
   // Leasing ahead of need (client/chunk_sizing.h, LeaseAhead): a process
   // growing in many small shortfalls leases the next ones with this one,
   // in steps that double with the growth, up to the larger of
-  // lease_ahead_max and an eighth of what it holds (0: off). What is leased
+  // lease_ahead_max and 1/64 of what it holds (0: off). What is leased
   // ahead waits here unmapped, counted to gmlaked as cached; it goes back
   // first under pressure, and once growth pauses for a usage report
   // interval. Leases ahead never ask other sessions for memory

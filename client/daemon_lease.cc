@@ -190,7 +190,8 @@ size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
   for (uint64_t bound : {d.limit, d.lake_capacity}) {
     if (bound != 0) room = std::min(room, bound > after ? bound - after : 0);
   }
-  const LeaseAhead policy{options_.lease_ahead_max, 8};
+  LeaseAhead policy;
+  policy.max_bytes = options_.lease_ahead_max;
   return LeaseAheadBytes(policy, d.chunk_size, missing, d.streak_bytes,
                          d.held_bytes + d.idle_bytes, room) /
          d.chunk_size;

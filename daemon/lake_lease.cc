@@ -26,8 +26,9 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   const absl::Time start = absl::Now();
   LeaseWait wait;
   wait.deadline = absl::Now() + options_.reclaim_timeout;
-  // A lease ahead of need takes what no one holds, or nothing.
-  wait.reclaim_first = options_.prefer_reclaim && !no_pressure;
+  wait.reclaim_first = options_.prefer_reclaim;
+  // A lease ahead of need takes what no one holds, or nothing (with
+  // prefer_reclaim: free chunks only, the lake does not grow for it).
   wait.no_pressure = no_pressure;
   ChunkBooks::Reservation r;
   // Every step holds the lock in its own scope; pressure requests and
