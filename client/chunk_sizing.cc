@@ -33,4 +33,14 @@ std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing) {
   return runs;
 }
 
+uint64_t LeaseAheadBytes(const LeaseAhead& ahead, uint64_t unit,
+                         uint64_t missing, uint64_t streak_bytes,
+                         uint64_t held_bytes, uint64_t room_bytes) {
+  if (ahead.max_bytes == 0 || unit == 0) return 0;
+  const uint64_t cap = std::max(
+      ahead.max_bytes, held_bytes / std::max<uint64_t>(ahead.held_divisor, 1));
+  const uint64_t want = std::min({streak_bytes + missing, cap, room_bytes});
+  return want / unit * unit;
+}
+
 }  // namespace gmlake

@@ -53,6 +53,31 @@ struct ChunkRun {
 // first; their sizes sum to `bytes`. Empty for 0 bytes.
 std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing);
 
+// Leasing ahead of need. A process that grows in many small shortfalls (a
+// KV cache growing token by token, new batch shapes) would pay a lease
+// round trip per shortfall through gmlaked (~290 us per 2 MiB chunk on an
+// H200); leased ahead, the next shortfalls are served from chunks already
+// imported. The step doubles with the growth (what was leased in this
+// streak of growth), so a process growing by G pays O(log G) leases up to
+// the cap and G / cap after it. The cap bounds what a pause in growth
+// leaves unused: the larger of `max_bytes` and 1/`held_divisor` of what
+// the process holds, never past the room left (its limit, the lake's
+// capacity). What is leased ahead stays in whole chunks of the unit, so
+// the allocator still stitches finely; it is not mapped (the allocator's
+// reserved bytes do not count it), and it goes back first under pressure
+// and once growth pauses (DaemonChunkSource).
+struct LeaseAhead {
+  uint64_t max_bytes = 256ull << 20;  // 0: no leasing ahead
+  uint64_t held_divisor = 64;
+};
+
+// Bytes to lease beyond a shortfall of `missing` (whole `unit`s): the
+// streak so far plus this shortfall, within the cap (see LeaseAhead) and
+// `room`. 0 when leasing ahead is off.
+uint64_t LeaseAheadBytes(const LeaseAhead& ahead, uint64_t unit,
+                         uint64_t missing, uint64_t streak_bytes,
+                         uint64_t held_bytes, uint64_t room_bytes);
+
 // Moves kept chunks (anything with a `size`) from `idle` to `taken` for a
 // request of `bytes`: largest first, each only if it fits what is still
 // missing, and only of `only_size` when that is nonzero. Returns the bytes

@@ -116,5 +116,30 @@ TEST(ChunkSizingTest, KeptChunksLargestThatFitFirst) {
   EXPECT_TRUE(taken.empty());
 }
 
+TEST(LeaseAheadBytesTest, DoublesWithTheStreakWithinTheCapAndTheRoom) {
+  constexpr uint64_t kMiB = 1 << 20;
+  const LeaseAhead ahead{256 * kMiB, 64};
+  // The first shortfall leases as much again; then the streak doubles it.
+  EXPECT_EQ(LeaseAheadBytes(ahead, 2 * kMiB, 2 * kMiB, 0, 0, ~0ull), 2 * kMiB);
+  EXPECT_EQ(
+      LeaseAheadBytes(ahead, 2 * kMiB, 2 * kMiB, 4 * kMiB, 4 * kMiB, ~0ull),
+      6 * kMiB);
+  // The cap: max_bytes, or 1/64 of what is held.
+  EXPECT_EQ(LeaseAheadBytes(ahead, 2 * kMiB, 2 * kMiB, 1024 * kMiB, 1024 * kMiB,
+                            ~0ull),
+            256 * kMiB);
+  EXPECT_EQ(LeaseAheadBytes(ahead, 2 * kMiB, 2 * kMiB, 65536 * kMiB,
+                            65536 * kMiB, ~0ull),
+            1024 * kMiB);
+  // The room left, in whole units.
+  EXPECT_EQ(LeaseAheadBytes(ahead, 2 * kMiB, 2 * kMiB, 64 * kMiB, 64 * kMiB,
+                            5 * kMiB),
+            4 * kMiB);
+  // Off.
+  EXPECT_EQ(LeaseAheadBytes(LeaseAhead{0, 64}, 2 * kMiB, 2 * kMiB, 64 * kMiB,
+                            64 * kMiB, ~0ull),
+            0u);
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -85,6 +85,15 @@ struct DaemonSourceOptions {
   // (client/chunk_sizing.h; gmlaked's unit for the rest). 0: every chunk of
   // gmlaked's unit.
   uint64_t large_chunk = 0;
+  // Leasing ahead of need (client/chunk_sizing.h, LeaseAhead): a process
+  // growing in many small shortfalls leases the next ones with this one,
+  // in steps that double with the growth, up to the larger of
+  // lease_ahead_max and 1/64 of what it holds (0: off). What is leased
+  // ahead waits here unmapped, counted to gmlaked as cached; it goes back
+  // first under pressure, and once growth pauses for a usage report
+  // interval. Leases ahead never ask other sessions for memory
+  // (LeaseRequest.no_pressure).
+  uint64_t lease_ahead_max = 256ull << 20;
   // How long Connect may take before it gives up.
   absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one Lease call, plus 2 ms per chunk asked for (it may wait
@@ -203,6 +212,12 @@ class DaemonChunkSource : public ChunkSource {
   uint64_t pressure_bytes_returned() const {
     return pressure_bytes_returned_.load();
   }
+  // Lease calls made so far, and chunks leased by them (leased ahead
+  // included).
+  uint64_t lease_calls() const { return lease_calls_.load(); }
+  uint64_t chunks_leased() const { return chunks_leased_.load(); }
+  // Idle bytes on `device` leased ahead of need and not taken yet.
+  uint64_t ahead_bytes(int device) const;
 
  private:
   struct Rpc;  // daemon_link.h
@@ -244,6 +259,15 @@ class DaemonChunkSource : public ChunkSource {
       idle.push_back(c);
       idle_bytes += c.size;
     }
+    // Of idle_bytes, those leased ahead of need and not taken yet.
+    uint64_t ahead_bytes = 0;
+    // Bytes leased since growth last paused (the step of leasing ahead
+    // doubles with it); whether it grew since the reporter last looked
+    // (leased, or took leased-ahead chunks); whether a lease ahead was
+    // refused (no more until chunks go back).
+    uint64_t streak_bytes = 0;
+    bool grew = false;
+    bool ahead_refused = false;
     bool noted = false;
     uint64_t noted_used = 0;
     uint64_t noted_cached = 0;
@@ -310,11 +334,29 @@ class DaemonChunkSource : public ChunkSource {
   // LeaseAndImport once the daemon is there: waits up to reconnect_wait
   // for a restarted one, and leases again if it restarted during the lease.
   absl::Status LeaseWhenLinked(int device, size_t count, uint64_t size,
-                               std::vector<LeasedChunk>* out, uint64_t* epoch);
+                               std::vector<LeasedChunk>* out, uint64_t* epoch,
+                               bool no_pressure = false);
   // Leases `count` chunks of `size` bytes and imports them; appends them,
   // with the epoch of the link they were leased on.
+  // `no_pressure`: leased ahead of need (LeaseRequest.no_pressure).
   absl::Status LeaseAndImport(int device, size_t count, uint64_t size,
-                              std::vector<LeasedChunk>* out, uint64_t* epoch);
+                              std::vector<LeasedChunk>* out, uint64_t* epoch,
+                              bool no_pressure);
+  // Leases `count` chunks of the unit and `ahead` more, ahead of need, in
+  // one call where the lake has them free; else the `count` alone (and no
+  // more ahead until chunks go back). Moves the ahead ones to `ahead_out`.
+  absl::Status LeaseWithAhead(int device, size_t count, size_t ahead,
+                              uint64_t unit, std::vector<LeasedChunk>* out,
+                              std::vector<LeasedChunk>* ahead_out,
+                              uint64_t* epoch);
+  // Chunks leased ahead of need for `bytes` more on `device`, and the
+  // lease's chunk count of the unit (0: none).
+  size_t AheadChunksLocked(const DeviceState& d, uint64_t missing,
+                           uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back what was leased ahead and not taken since the last look
+  // (growth paused), on every device; the reporter thread calls it.
+  void TrimAheadAfterPause();
   // Releases idle chunks of `device` beyond `keep_bytes`, at most
   // `max_bytes` (0: no maximum), and returns them to the daemon.
   uint64_t TrimIdle(int device, uint64_t keep_bytes, uint64_t max_bytes);
@@ -411,6 +453,8 @@ class DaemonChunkSource : public ChunkSource {
   std::vector<UsageFigures> last_sent_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> usage_reports_{0};
 
+  std::atomic<uint64_t> lease_calls_{0};
+  std::atomic<uint64_t> chunks_leased_{0};
   std::atomic<uint64_t> pressure_requests_{0};
   // Bytes given back while answering pressure, counted before the daemon
   // has them.

@@ -54,6 +54,9 @@ class DaemonChunkSourceTest : public ::testing::Test {
     o.name = name;
     o.idle_watermark_bytes = watermark;
     o.reconnect_interval = reconnect;
+    // These tests count chunks lease by lease; leasing ahead has
+    // client/daemon_growth_test.cc.
+    o.lease_ahead_max = 0;
     absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
         DaemonChunkSource::Connect(o);
     EXPECT_TRUE(s.ok()) << s.status();
@@ -108,6 +111,7 @@ class DaemonChunkSourceTest : public ::testing::Test {
 
 TEST(DaemonChunkSourceConnect, NoDaemonIsNotFoundAtOnce) {
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = "/tmp/gml.none/gmlaked.sock";
   // "At once": without waiting out the connect timeout, which is long
   // enough that no busy machine could be mistaken for it.
@@ -129,6 +133,7 @@ TEST(DaemonChunkSourceConnect, StaleSocketIsUnavailableQuickly) {
     ASSERT_TRUE(l.ok());
   }  // closed: the file stays, nobody listens
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = path;
   o.connect_timeout = absl::Milliseconds(300);
   const absl::Time start = absl::Now();
@@ -403,6 +408,7 @@ TEST_F(DaemonChunkSourceTest, AfterARestartKeptDescriptorsShowTheChunks) {
 TEST_F(DaemonChunkSourceTest, LargeRequestsAreLeasedInLargeChunks) {
   Start({"--capacity=512MiB"});
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.name = "large";
   o.large_chunk = uint64_t{1} << 30;
@@ -515,6 +521,7 @@ TEST_F(DaemonChunkSourceTest, ReadoptionFitsInTheDescriptorsLeft) {
 TEST_F(DaemonChunkSourceTest, VersionMismatchAndSessionEnd) {
   Start({"--capacity=16MiB"});
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.protocol_version = 7;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> bad =
@@ -568,6 +575,7 @@ TEST_F(DaemonChunkSourceTest, DevicesAreMatchedByUuid) {
   Start({"--capacity=16MiB", "--host_devices=3"});
   std::unique_ptr<VmmBackend> local = SeeingNodeDevices({2, 0, 7});
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.backend = local.get();
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> made =
@@ -619,6 +627,7 @@ TEST_F(DaemonChunkSourceTest, PressureComesUnderTheClientsDeviceNumber) {
   Start({"--capacity=16MiB", "--host_devices=2"});
   std::unique_ptr<VmmBackend> local = SeeingNodeDevices({1});
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.backend = local.get();
   o.name = "idle";
@@ -659,6 +668,7 @@ TEST_F(DaemonChunkSourceTest, NoDeviceInCommonIsRefusedWithTheUuids) {
   Start({"--capacity=16MiB", "--host_devices=2"});
   std::unique_ptr<VmmBackend> local = SeeingNodeDevices({4});
   DaemonSourceOptions o;
+  o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.backend = local.get();
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =

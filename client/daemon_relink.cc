@@ -2,11 +2,16 @@
 //
 // DaemonChunkSource after gmlaked restarted: reconnecting by itself, showing
 // the new daemon the chunks this process still holds (re-adoption), and
-// leases that wait for the daemon to come back. See
-// daemon/adopt_policy.h for what the daemon does with the chunks.
+// leases that wait for the daemon to come back, and the descriptors kept
+// to show it. See daemon/adopt_policy.h for what the daemon does with the
+// chunks.
+
+#include <fcntl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -48,11 +53,13 @@ absl::Status DaemonChunkSource::WaitForLink(absl::Time deadline) {
 absl::Status DaemonChunkSource::LeaseWhenLinked(int device, size_t count,
                                                 uint64_t size,
                                                 std::vector<LeasedChunk>* out,
-                                                uint64_t* epoch) {
+                                                uint64_t* epoch,
+                                                bool no_pressure) {
   const absl::Time deadline = absl::Now() + options_.reconnect_wait;
   for (;;) {
     if (absl::Status s = WaitForLink(deadline); !s.ok()) return s;
-    absl::Status s = LeaseAndImport(device, count, size, out, epoch);
+    absl::Status s =
+        LeaseAndImport(device, count, size, out, epoch, no_pressure);
     // Unavailable: gmlaked went away during the lease; lease again from the
     // restarted one.
     if (s.ok() || s.code() != absl::StatusCode::kUnavailable ||
@@ -318,6 +325,60 @@ std::vector<uint64_t> DaemonChunkSource::RenameLocked(
   std::vector<uint64_t> let_go;
   for (const auto& [h, id] : unused) let_go.push_back(id);
   return let_go;
+}
+
+// --- Descriptors kept for re-adoption (DaemonSourceOptions::keep_descriptors)
+
+size_t DaemonChunkSource::KeepRoom(size_t in_hand, size_t pending,
+                                   size_t wanted) const {
+  if (max_kept_fds_ == 0 || wanted == 0) return 0;
+  size_t kept;
+  {
+    MutexLock l(&kept_mu_);
+    kept = kept_fds_.size();
+  }
+  const size_t budget_left =
+      max_kept_fds_ > kept + pending ? max_kept_fds_ - kept - pending : 0;
+  size_t room = std::min(wanted, budget_left);
+  const FdUsage u = CurrentFdUsage();
+  if (u.limit != 0) {
+    // Without the descriptors in hand, which close unless kept, the process
+    // stays at or under half its limit: the rest of it (its sockets and
+    // files; on the host backend the imports themselves) has the other
+    // half.
+    const uint64_t without = u.open > in_hand ? u.open - in_hand : 0;
+    const uint64_t half = u.limit / 2;
+    room = std::min<uint64_t>(room, half > without ? half - without : 0);
+  }
+  return room;
+}
+
+void DaemonChunkSource::KeepFd(ChunkHandle h, UniqueFd fd) {
+  MutexLock l(&kept_mu_);
+  // Past the budget the descriptor closes: that chunk cannot be shown to
+  // a restarted gmlaked (Readopt says so).
+  if (kept_fds_.size() < max_kept_fds_) kept_fds_[h] = std::move(fd);
+}
+
+void DaemonChunkSource::DropKeptFd(ChunkHandle h) {
+  MutexLock l(&kept_mu_);
+  kept_fds_.erase(h);
+}
+
+absl::StatusOr<UniqueFd> DaemonChunkSource::ShowableFd(ChunkHandle h) {
+  {
+    MutexLock l(&kept_mu_);
+    auto it = kept_fds_.find(h);
+    if (it != kept_fds_.end()) {
+      const int fd = ::fcntl(it->second.get(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "duplicating a kept chunk descriptor: ", std::strerror(errno)));
+      }
+      return UniqueFd(fd);
+    }
+  }
+  return backend_->ExportChunk(h);
 }
 
 }  // namespace gmlake

@@ -65,6 +65,7 @@ absl::StatusOr<OpenedChunkSource> OpenChunkSource(
   d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
   d.idle_watermark_bytes = options.idle_watermark;
   d.large_chunk = options.large_chunk;
+  d.lease_ahead_max = options.lease_ahead;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> daemon =
       DaemonChunkSource::Connect(d);
   if (!daemon.ok()) {

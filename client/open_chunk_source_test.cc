@@ -49,8 +49,9 @@ TEST(OpenChunkSourceTest, ADeviceGmlakedDoesNotServeGetsAnEmbeddedLake) {
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   // Only this process (the daemon started already).
   ASSERT_EQ(setenv("GMLAKE_HOST_VISIBLE_DEVICES", "1,5", 1), 0);
-  absl::StatusOr<AllocatorOptions> o = ParseConf(absl::StrCat(
-      "backend:host,lake:daemon,log:false,socket:", (*daemon)->socket()));
+  absl::StatusOr<AllocatorOptions> o = ParseConf(
+      absl::StrCat("backend:host,lake:daemon,log:false,lease_ahead:0,socket:",
+                   (*daemon)->socket()));
   ASSERT_TRUE(o.ok()) << o.status();
   absl::StatusOr<OpenedChunkSource> opened = OpenChunkSource(*o);
   unsetenv("GMLAKE_HOST_VISIBLE_DEVICES");

@@ -93,6 +93,7 @@ const std::map<std::string, Setter>& Setters() {
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},
+      {"lease_ahead", Bytes(&AllocatorOptions::lease_ahead)},
       {"log", Bool(&AllocatorOptions::log)},
   };
   return *setters;

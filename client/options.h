@@ -74,6 +74,12 @@ struct AllocatorOptions {
   // idle_watermark: with gmlaked, free chunks beyond this many bytes are
   // returned to the lake at once (0: keep all until asked).
   uint64_t idle_watermark = 0;
+  // lease_ahead: with gmlaked, a process growing in many small shortfalls
+  // leases the next ones ahead, in steps that double with its growth, up
+  // to the larger of this and 1/64 of what it holds (0: one lease per
+  // shortfall). Leased ahead and unused, chunks go back first under
+  // pressure and once growth pauses (docs/daemon.md, "Growth").
+  uint64_t lease_ahead = uint64_t{256} << 20;
   // log: print start-up lines (which backend and lake) to stderr.
   bool log = true;
 };

@@ -594,6 +594,8 @@ DeviceHoldings ChunkBooks::Holdings(int device, uint64_t floor_bytes) const {
   DeviceHoldings h;
   h.created_bytes = d.counts.created.bytes;
   h.floor_bytes = floor_bytes;
+  h.in_use = d.counts.leased.chunks + d.counts.reserved.chunks > 0 ||
+             d.counts.creating_bytes > 0;
   h.free.reserve(d.counts.free.chunks);
   for (const auto& [size, lists] : d.free_by_size) {
     for (const auto& [uid, list] : lists) {

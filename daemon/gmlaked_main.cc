@@ -116,7 +116,9 @@ ABSL_FLAG(bool, check_claimed_pid, true,
 ABSL_FLAG(absl::Duration, release_idle, absl::Seconds(60),
           "Free chunks unused this long go back to the driver, down to "
           "--precreate per device, so that processes outside the lake can "
-          "have the memory (0: keep them until gmlakectl trim).");
+          "have the memory; once no session is open and none of a "
+          "device's chunks is leased, within about a second (0: keep them "
+          "until gmlakectl trim).");
 ABSL_FLAG(std::string, metrics_address, "",
           "Serve Prometheus metrics over HTTP at this address "
           "(127.0.0.1:9478, [::1]:9478, :9478 for every address; empty: "

@@ -517,6 +517,14 @@ void Lake::ReleaseToDriver(std::vector<ChunkBooks::Released> gone) {
   }
 }
 
+DeviceHoldings Lake::HoldingsLocked(int device, uint64_t floor_bytes) const {
+  DeviceHoldings h = books_.Holdings(device, floor_bytes);
+  // A session still open may lease again soon (on any device: its devices
+  // are its own to choose): its free chunks stay warm for idle_after.
+  h.in_use = h.in_use || !sessions_.live().empty();
+  return h;
+}
+
 std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
   if (!options_.release.enabled()) return {0, 0};
   std::vector<ChunkBooks::Released> gone;
@@ -530,8 +538,8 @@ std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
       const uint64_t floor = options_.devices[i].precreate_bytes;
       // Most rounds: nothing free above the floor, nothing to look at.
       if (c.free.chunks == 0 || c.created.bytes <= floor) continue;
-      const ReleasePlan plan =
-          PlanRelease(options_.release, books_.Holdings(i, floor), now);
+      const DeviceHoldings holdings = HoldingsLocked(i, floor);
+      const ReleasePlan plan = PlanRelease(options_.release, holdings, now);
       if (plan.release.empty()) continue;
       std::vector<ChunkBooks::Released> taken =
           books_.TakeFree(i, plan.release);
@@ -539,10 +547,14 @@ std::pair<uint64_t, uint64_t> Lake::ReleaseIdle(absl::Time now) {
       for (const ChunkBooks::Released& r : taken) bytes += r.size;
       released += bytes;
       lines.push_back(absl::StrFormat(
-          "device %d: released %d chunks (%s) free for %s or more to the "
-          "driver (--release_idle); %s still created",
+          "device %d: released %d chunks (%s) %s to the driver "
+          "(--release_idle); %s still created",
           i, taken.size(), FormatBytes(bytes),
-          absl::FormatDuration(options_.release.idle_after),
+          holdings.in_use
+              ? absl::StrCat("free for ",
+                             absl::FormatDuration(options_.release.idle_after),
+                             " or more")
+              : "free, with no session open,",
           FormatBytes(books_.counts(i).created.bytes)));
       for (ChunkBooks::Released& r : taken) gone.push_back(std::move(r));
     }
@@ -611,7 +623,7 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
     const uint64_t floor_bytes = options_.devices[i].precreate_bytes;
     ds->set_floor_bytes(floor_bytes);
     const ReleasePlan plan =
-        PlanRelease(options_.release, books_.Holdings(i, floor_bytes), now);
+        PlanRelease(options_.release, HoldingsLocked(i, floor_bytes), now);
     ds->set_floor_kept_bytes(plan.floor_kept_bytes);
     ds->set_idle_bytes(plan.release_bytes + plan.later_bytes);
     ds->set_next_release_seconds(

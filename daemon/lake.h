@@ -238,9 +238,13 @@ class Lake {
   // free chunks of other sizes. ResourceExhausted with a message naming
   // the quota, or what was asked and what the lake has; InvalidArgument
   // for a size that is no multiple of the device's chunk_size.
+  // `no_pressure` (a lease ahead of need): never asks other sessions or
+  // waits; ResourceExhausted at once when the lake cannot serve it from
+  // free chunks and capacity left.
   absl::StatusOr<LeaseGrant> Lease(uint64_t session, absl::string_view token,
                                    int device, uint64_t count,
-                                   uint64_t chunk_bytes = 0);
+                                   uint64_t chunk_bytes = 0,
+                                   bool no_pressure = false);
   // Starts delivering a lease: returns its chunk ids (at most once per
   // lease). NotFound for an unknown or already claimed lease,
   // PermissionDenied for another session's lease.
@@ -286,6 +290,10 @@ class Lake {
   // long enough, above each device's floor). Called periodically by the
   // daemon. Returns {bytes, chunks} released.
   std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now);
+  // What the release policy sees of `device`: its books, and whether
+  // anyone uses it (a chunk of it leased, or any session open).
+  DeviceHoldings HoldingsLocked(int device, uint64_t floor_bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the books, the sessions and the counters into `out`.
   void FillStatus(v1::StatusResponse* out) const;
 
@@ -315,6 +323,7 @@ class Lake {
     absl::Time started;
     bool reclaim_first = false;  // prefer_reclaim, until the others answered
     bool admitted_once = false;  // the token was checked once
+    bool no_pressure = false;    // LeaseRequest.no_pressure
     // Since when it waited for memory (never: InfiniteFuture).
     absl::Time pressure_since = absl::InfiniteFuture();
     bool waiting = false;      // counted in waiting_leases_

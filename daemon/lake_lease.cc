@@ -21,11 +21,15 @@ namespace gmlake {
 
 absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
-                                       uint64_t count, uint64_t chunk_bytes) {
+                                       uint64_t count, uint64_t chunk_bytes,
+                                       bool no_pressure) {
   const absl::Time start = absl::Now();
   LeaseWait wait;
   wait.started = start;
   wait.reclaim_first = options_.prefer_reclaim;
+  // A lease ahead of need takes what no one holds, or nothing (with
+  // prefer_reclaim: free chunks only, the lake does not grow for it).
+  wait.no_pressure = no_pressure;
   ChunkBooks::Reservation r;
   // Every step holds the lock in its own scope; pressure requests and
   // session hooks run between steps, without it.
@@ -188,6 +192,11 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
         recycled_bytes_ += c.size;
       }
       return true;
+    }
+    if (wait->no_pressure) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(DescribeShortLocked(*s, device, count, size),
+                       "; a lease ahead of need (no_pressure) asks no one"));
     }
     absl::StatusOr<bool> step =
         PressureStepLocked(*s, device, count, size, short_bytes, wait, after);

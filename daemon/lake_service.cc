@@ -246,7 +246,7 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
   }
   absl::StatusOr<LeaseGrant> g =
       lake_->Lease(request->session_id(), request->token(), device, count,
-                   request->chunk_bytes());
+                   request->chunk_bytes(), request->no_pressure());
   if (!g.ok()) return ToGrpc(g.status());
   if (context->IsCancelled()) {
     // The client gave up (deadline, or it is gone): it will never know

@@ -35,7 +35,9 @@ ReleasePlan PlanRelease(const ReleasePolicy& policy,
     plan.later_bytes = candidates_bytes;
     return plan;
   }
-  const absl::Time due_before = now - policy.idle_after;
+  // Nobody on the device: everything above the floor is due.
+  const absl::Time due_before =
+      device.in_use ? now - policy.idle_after : absl::InfiniteFuture();
   size_t i = 0;
   for (; i < candidates.size() && candidates[i].free_since <= due_before &&
          plan.release.size() < policy.max_chunks_per_round;

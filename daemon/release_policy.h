@@ -6,6 +6,12 @@
 // lake) without anyone running `gmlakectl trim`.
 //
 //   * A free chunk that has not been leased for `idle_after` goes back.
+//   * On a device no one uses (no session open, no chunk of it leased:
+//     the last session ended), every free chunk goes back at the
+//     next round (rounds come about once a second), whatever its idle
+//     time: a job that ended leaves the card to whoever comes next (a
+//     plain PyTorch process), while sessions that still run keep their
+//     free chunks warm for `idle_after`.
 //   * Never below the floor: a device keeps at least `floor_bytes` created
 //     (--precreate), whether leased or free. The free chunks that the floor
 //     keeps are the most recently used ones; the longest idle go first.
@@ -48,8 +54,11 @@ struct FreeChunk {
 
 // One device's books, as the policy needs them.
 struct DeviceHoldings {
-  uint64_t created_bytes = 0;   // free + leased + scrubbing
-  uint64_t floor_bytes = 0;     // kept however idle (--precreate)
+  uint64_t created_bytes = 0;  // free + leased + scrubbing
+  uint64_t floor_bytes = 0;    // kept however idle (--precreate)
+  // Some chunk of the device is leased or being leased, or a session is
+  // open (Lake::HoldingsLocked).
+  bool in_use = true;
   std::vector<FreeChunk> free;  // every free chunk, in any order
 };
 

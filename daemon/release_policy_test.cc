@@ -146,5 +146,22 @@ TEST(ReleasePolicy, ChunksOfSeveralSizesGoOnlyWhileTheFloorHolds) {
   EXPECT_EQ(p.later_bytes, 0u);
 }
 
+TEST(ReleasePolicy, OnADeviceNobodyUsesEveryFreeChunkAboveTheFloorIsDue) {
+  DeviceHoldings d;
+  d.created_bytes = 4 * kC;
+  d.floor_bytes = 1 * kC;
+  d.in_use = false;  // the last session ended a moment ago
+  d.free = {Idle(1, absl::Milliseconds(10)), Idle(2, absl::ZeroDuration()),
+            Idle(3, absl::Seconds(5)), Idle(4, absl::Seconds(1))};
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60)), d, kNow);
+  // Longest idle first; the floor keeps the warmest.
+  EXPECT_THAT(p.release, ElementsAre(3, 4, 1));
+  EXPECT_EQ(p.floor_kept_bytes, 1 * kC);
+  EXPECT_EQ(p.later_bytes, 0u);
+  // --release_idle=0 still means never.
+  EXPECT_THAT(PlanRelease(Policy(absl::ZeroDuration()), d, kNow).release,
+              IsEmpty());
+}
+
 }  // namespace
 }  // namespace gmlake

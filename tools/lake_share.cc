@@ -128,6 +128,7 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
   DaemonSourceOptions d;
   d.socket_path = socket;
   d.name = absl::StrCat("replay ", trace->name);
+  d.lease_ahead_max = options->lease_ahead;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return fail(std::string(source.status().message()));

@@ -83,6 +83,75 @@ TEST(DaemonRelease, AfterAllClientsExitCreatedBytesFallToTheFloor) {
                                 "16.00 MiB (--precreate)"));
 }
 
+TEST(DaemonRelease, WhenTheLastSessionEndsFreeChunksGoBackWithinSeconds) {
+  // The default idle time (a minute): only the end of the last session
+  // sends the chunks back this soon.
+  absl::StatusOr<std::unique_ptr<Daemon>> d =
+      Daemon::Start({"--capacity=64MiB", "--precreate=8MiB"});
+  ASSERT_OK(d);
+  absl::StatusOr<std::unique_ptr<ClientProcess>> job =
+      ClientProcess::Start((*d)->socket(), {"--name=job"});
+  ASSERT_OK(job);
+  ASSERT_OK((*job)->Command("acquire 0 12"));
+  absl::StatusOr<v1::StatusResponse> st = (*d)->Status();
+  ASSERT_OK(st);
+  EXPECT_EQ(st->devices(0).created_bytes(), 12 * kChunk);
+  ASSERT_OK((*job)->Quit());
+  const absl::Time exited = absl::Now();
+  // About a second (the daemon's release round); generous for a busy
+  // machine, and far below --release_idle.
+  st = (*d)->WaitFor(
+      [](const v1::StatusResponse& s) {
+        return s.sessions_size() == 0 &&
+               s.devices(0).created_bytes() == 4 * kChunk;
+      },
+      absl::Seconds(20));
+  ASSERT_OK(st) << (*d)->Log();
+  std::printf(
+      "created bytes fell to the floor %s after the last session "
+      "ended\n",
+      absl::FormatDuration(absl::Now() - exited).c_str());
+  ASSERT_OK((*d)->CheckBooks());
+  EXPECT_EQ(st->released_idle_bytes(), 8 * kChunk);
+  // The log line follows the release, outside the lake's lock.
+  const absl::Time deadline = absl::Now() + kPatience;
+  while ((*d)->Log().find("free, with no session open, to the driver") ==
+             std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT((*d)->Log(),
+              HasSubstr("free, with no session open, to the driver"));
+}
+
+TEST(DaemonRelease, WhileASessionHoldsChunksFreeOnesStayForTheIdleTime) {
+  absl::StatusOr<std::unique_ptr<Daemon>> d =
+      Daemon::Start({"--capacity=64MiB"});
+  ASSERT_OK(d);
+  absl::StatusOr<std::unique_ptr<ClientProcess>> stays =
+      ClientProcess::Start((*d)->socket(), {"--name=stays"});
+  ASSERT_OK(stays);
+  ASSERT_OK((*stays)->Command("acquire 0 2"));
+  absl::StatusOr<std::unique_ptr<ClientProcess>> goes =
+      ClientProcess::Start((*d)->socket(), {"--name=goes"});
+  ASSERT_OK(goes);
+  ASSERT_OK((*goes)->Command("acquire 0 6"));
+  ASSERT_OK((*goes)->Quit());
+  absl::StatusOr<v1::StatusResponse> st = (*d)->WaitFor(
+      [](const v1::StatusResponse& s) { return s.sessions_size() == 1; },
+      kPatience);
+  ASSERT_OK(st);
+  // Several release rounds: the free chunks stay warm for the session
+  // still there (--release_idle, a minute).
+  absl::SleepFor(absl::Milliseconds(2500));
+  st = (*d)->Status();
+  ASSERT_OK(st);
+  EXPECT_EQ(st->devices(0).created_bytes(), 8 * kChunk);
+  EXPECT_EQ(st->devices(0).free_bytes(), 6 * kChunk);
+  EXPECT_EQ(st->released_idle_bytes(), 0u);
+  ASSERT_OK((*stays)->Quit());
+}
+
 TEST(DaemonRelease, ZeroKeepsEverythingUntilTrim) {
   absl::StatusOr<std::unique_ptr<Daemon>> d =
       Daemon::Start({"--capacity=64MiB", "--release_idle=0"});

@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, socket, "", "gmlaked's gRPC socket.");
 ABSL_FLAG(std::string, name, "lake_client", "Session name.");
 ABSL_FLAG(int, uid, -1, "Drop to this uid (and gid) before connecting.");
 ABSL_FLAG(uint64_t, idle_watermark, 0, "Idle watermark in bytes.");
+ABSL_FLAG(uint64_t, lease_ahead, 0,
+          "DaemonSourceOptions.lease_ahead_max (0: a lease per request, as "
+          "the tests driving this client count them).");
 ABSL_FLAG(uint32_t, protocol_version, 0, "Protocol version to speak.");
 ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
 ABSL_FLAG(absl::Duration, reconnect_wait, absl::Seconds(30),
@@ -235,6 +238,7 @@ int Main() {
   o.idle_watermark_bytes = absl::GetFlag(FLAGS_idle_watermark);
   o.protocol_version = absl::GetFlag(FLAGS_protocol_version);
   o.reconnect_wait = absl::GetFlag(FLAGS_reconnect_wait);
+  o.lease_ahead_max = absl::GetFlag(FLAGS_lease_ahead);
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
   if (!src.ok()) {

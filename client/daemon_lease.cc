@@ -1,0 +1,502 @@
+// Copyright 2026 The GMLake Authors.
+//
+// DaemonChunkSource's leasing: Acquire takes idle chunks, then leases the
+// rest (one Lease per chunk size), claims their descriptors on the fd socket
+// and imports them; Return keeps idle chunks up to the watermark and gives
+// the rest back.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/chunk_sizing.h"
+#include "client/daemon_chunk_source.h"
+#include "client/daemon_link.h"
+#include "common/bytes.h"
+#include "common/fd_passing.h"
+#include "common/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/gmlake.grpc.pb.h"
+#include "proto/protocol.h"
+
+namespace gmlake {
+
+using daemon_link::AddUsage;
+using daemon_link::ReadReply;
+using daemon_link::SetDeadline;
+using daemon_link::WithContext;
+
+absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
+    int device, size_t count) {
+  const uint64_t unit = chunk_size(device);
+  absl::StatusOr<std::vector<LeasedChunk>> got =
+      Obtain(device, count * unit, /*any_size=*/false);
+  if (!got.ok()) return got.status();
+  std::vector<ChunkHandle> handles;
+  handles.reserve(got->size());
+  for (const LeasedChunk& c : *got) handles.push_back(c.handle);
+  return handles;
+}
+
+absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
+    int device, uint64_t bytes) {
+  const uint64_t unit = chunk_size(device);
+  if (unit == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device %d does not exist in this process", device));
+  }
+  absl::StatusOr<std::vector<LeasedChunk>> got =
+      Obtain(device, (bytes + unit - 1) / unit * unit, /*any_size=*/true);
+  if (!got.ok()) return got.status();
+  std::vector<SizedChunk> out;
+  out.reserve(got->size());
+  for (const LeasedChunk& c : *got) out.push_back({c.handle, c.size});
+  return out;
+}
+
+absl::StatusOr<std::vector<DaemonChunkSource::LeasedChunk>>
+DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
+  bool short_while_lost;
+  {
+    MutexLock l(&mu_);
+    short_while_lost = device >= 0 &&
+                       static_cast<size_t>(device) < devices_.size() &&
+                       devices_[device].idle_bytes < bytes && !lost_.ok();
+  }
+  if (short_while_lost) {
+    // gmlaked is away and the idle chunks do not do: wait for it holding
+    // nothing (idle chunks taken now would miss its adoption).
+    WaitForLink(absl::Now() + options_.reconnect_wait).IgnoreError();
+  }
+  std::vector<LeasedChunk> got;
+  uint64_t missing = 0;
+  uint64_t unit = 0;
+  uint64_t idle_epoch = 0;
+  {
+    MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "device %d does not exist: this process has devices 0..%d", device,
+          devices_.size() - 1));
+    }
+    if (bytes == 0) return got;
+    DeviceState& d = devices_[device];
+    if (d.daemon_device < 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "gmlaked at %s does not serve this process's device %d (%s); it "
+          "serves %s",
+          options_.socket_path, device, d.uuid,
+          absl::StrJoin(daemon_uuids_, ", ")));
+    }
+    unit = d.chunk_size;
+    const uint64_t after = d.held_bytes + bytes;
+    if (d.limit != 0 && after > d.limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "acquiring %s on device %d would put this process at %s, over its "
+          "limit of %s (SetCapacity)",
+          FormatBytes(bytes), device, FormatBytes(after),
+          FormatBytes(d.limit)));
+    }
+    // Idle chunks: of the unit only, or any that fit, largest first.
+    const uint64_t have =
+        TakeKeptChunks(&d.idle, bytes, any_size ? 0 : unit, &got);
+    d.idle_bytes -= have;
+    // What was taken was leased ahead for this, as far as it goes.
+    if (have > 0 && d.ahead_bytes > 0) {
+      d.ahead_bytes -= std::min(d.ahead_bytes, have);
+      d.grew = true;
+    }
+    missing = bytes - have;
+    idle_epoch = epoch_;
+  }
+  const size_t from_idle = got.size();
+  // The rest in runs of one size each: one lease per run.
+  std::vector<ChunkRun> runs;
+  if (any_size) {
+    runs = PlanChunks(missing, {unit, unit, options_.large_chunk});
+  } else if (missing > 0) {
+    runs.push_back({unit, missing / unit});
+  }
+  // A small shortfall (chunks of the unit only) leases the next ones ahead
+  // with it; a large one is one lease of large chunks already.
+  size_t ahead = 0;
+  if (runs.size() == 1 && runs[0].size == unit) {
+    MutexLock l(&mu_);
+    ahead = AheadChunksLocked(devices_[device], missing, bytes);
+  }
+  std::vector<uint64_t> epochs(from_idle, idle_epoch);
+  std::vector<LeasedChunk> ahead_got;
+  uint64_t ahead_epoch = 0;
+  absl::Status s = absl::OkStatus();
+  for (const ChunkRun& run : runs) {
+    uint64_t lease_epoch = 0;
+    s = run.size == unit
+            ? LeaseWithAhead(device, run.count, ahead, unit, &got, &ahead_got,
+                             &lease_epoch)
+            : LeaseWhenLinked(device, run.count, run.size, &got, &lease_epoch);
+    if (!s.ok()) break;
+    epochs.resize(got.size(), lease_epoch);
+    if (!ahead_got.empty()) ahead_epoch = lease_epoch;
+  }
+  uint64_t keep = 0;
+  {
+    MutexLock l(&mu_);
+    // Ids of another daemon than the current one (it restarted meanwhile,
+    // and these were not in the maps it was shown): kept, uncounted.
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i >= epochs.size() || epochs[i] != epoch_) got[i].id = 0;
+    }
+    DeviceState& d = devices_[device];
+    uint64_t leased = 0;
+    for (size_t i = from_idle; i < got.size(); ++i) leased += got[i].size;
+    for (LeasedChunk& c : ahead_got) {
+      if (ahead_epoch != epoch_) c.id = 0;
+      d.Idle(c);
+      d.ahead_bytes += c.size;
+      leased += c.size;
+    }
+    if (leased > 0) {
+      d.streak_bytes += leased;
+      d.grew = true;
+    }
+    if (s.ok()) {
+      for (const LeasedChunk& c : got) d.Hold(c);
+      return got;
+    }
+    // All or nothing: the idle chunks taken, and those of runs leased
+    // before the one that failed, are idle (the watermark decides below
+    // which stay, besides what was leased ahead).
+    for (const LeasedChunk& c : got) d.Idle(c);
+    keep = options_.idle_watermark_bytes + d.ahead_bytes;
+  }
+  if (got.size() > from_idle) TrimIdle(device, keep, 0);
+  return s;
+}
+
+size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
+                                            uint64_t missing,
+                                            uint64_t bytes) const {
+  if (missing == 0 || d.ahead_refused || d.chunk_size == 0) return 0;
+  // Room: what this process may hold (its limit, the lake's capacity) past
+  // what it will hold with this request.
+  const uint64_t after = d.held_bytes + bytes + d.idle_bytes;
+  uint64_t room = ~uint64_t{0};
+  for (uint64_t bound : {d.limit, d.lake_capacity}) {
+    if (bound != 0) room = std::min(room, bound > after ? bound - after : 0);
+  }
+  LeaseAhead policy;
+  policy.max_bytes = options_.lease_ahead_max;
+  return LeaseAheadBytes(policy, d.chunk_size, missing, d.streak_bytes,
+                         d.held_bytes + d.idle_bytes, room) /
+         d.chunk_size;
+}
+
+absl::Status DaemonChunkSource::LeaseWithAhead(
+    int device, size_t count, size_t ahead, uint64_t unit,
+    std::vector<LeasedChunk>* out, std::vector<LeasedChunk>* ahead_out,
+    uint64_t* epoch) {
+  if (ahead > 0) {
+    absl::Status s = LeaseWhenLinked(device, count + ahead, unit, out, epoch,
+                                     /*no_pressure=*/true);
+    if (s.ok()) {
+      ahead_out->assign(out->end() - ahead, out->end());
+      out->resize(out->size() - ahead);
+      return s;
+    }
+    if (!absl::IsResourceExhausted(s)) return s;
+    // The lake has not that much free (or the quota is near): no more
+    // leasing ahead until chunks go back, and the shortfall as asked.
+    MutexLock l(&mu_);
+    devices_[device].ahead_refused = true;
+  }
+  return LeaseWhenLinked(device, count, unit, out, epoch);
+}
+
+void DaemonChunkSource::TrimAheadAfterPause() {
+  size_t n;
+  {
+    MutexLock l(&mu_);
+    n = devices_.size();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t keep = 0;
+    bool trim = false;
+    {
+      MutexLock l(&mu_);
+      DeviceState& d = devices_[i];
+      if (!d.grew) {
+        // Growth paused: the next streak starts small again, and what was
+        // leased ahead for this one goes back.
+        d.streak_bytes = 0;
+        trim = d.ahead_bytes > 0;
+        keep = d.idle_bytes - d.ahead_bytes;
+      }
+      d.grew = false;
+    }
+    if (trim) TrimIdle(static_cast<int>(i), keep, 0);
+  }
+}
+
+uint64_t DaemonChunkSource::ahead_bytes(int device) const {
+  MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return 0;
+  return devices_[device].ahead_bytes;
+}
+
+absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
+                                               uint64_t size,
+                                               std::vector<LeasedChunk>* out,
+                                               uint64_t* epoch,
+                                               bool no_pressure) {
+  const std::shared_ptr<Rpc> r = link();
+  *epoch = r->epoch;
+  v1::LeaseRequest req;
+  req.set_session_id(r->session);
+  req.set_token(r->token);
+  req.set_chunk_count(count);
+  req.set_no_pressure(no_pressure);
+  {
+    MutexLock l(&mu_);
+    // gmlaked's number for the device; the chunks are imported on ours.
+    req.set_device(devices_[device].daemon_device);
+    // The unit needs no size (a gmlaked before chunk sizes serves it too).
+    if (size != devices_[device].chunk_size) req.set_chunk_bytes(size);
+    AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
+  }
+  v1::LeaseResponse resp;
+  {
+    grpc::ClientContext ctx;
+    // Creating and exporting a fresh chunk costs ~0.6 ms on an H200: a
+    // large lease of new chunks gets time for it.
+    SetDeadline(&ctx, options_.lease_timeout +
+                          absl::Milliseconds(2) * static_cast<int64_t>(count));
+    absl::Status s = FromGrpc(r->stub->Lease(&ctx, req, &resp));
+    if (s.code() == absl::StatusCode::kUnavailable ||
+        s.code() == absl::StatusCode::kNotFound) {
+      return MarkLost(s, r.get());
+    }
+    if (!s.ok()) return WithContext("gmlaked", s);
+  }
+  if (static_cast<size_t>(resp.chunk_ids_size()) != count) {
+    return absl::DataLossError(
+        absl::StrFormat("gmlaked granted %d chunks for a lease of %d",
+                        resp.chunk_ids_size(), count));
+  }
+  std::vector<uint64_t> lease_ids(resp.chunk_ids().begin(),
+                                  resp.chunk_ids().end());
+  std::vector<LeasedChunk> imported;
+  std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
+  absl::Status failure;
+  bool socket_broken = false;
+  if (resp.chunk_size() != size) {
+    // Given back unclaimed below.
+    failure = absl::FailedPreconditionError(absl::StrFormat(
+        "gmlaked leased chunks of %s for a lease of chunks of %s: it "
+        "predates chunk sizes; upgrade gmlaked, or set GMLAKE_CONF "
+        "large_chunk:0",
+        FormatBytes(resp.chunk_size()), FormatBytes(size)));
+  } else {
+    MutexLock l(&fd_mu_);
+    v1::FdRequest claim;
+    claim.set_session_id(r->session);
+    claim.set_token(r->token);
+    claim.mutable_claim()->set_lease_id(resp.lease_id());
+    failure = SendFds(fd_sock_.get(), claim.SerializeAsString(), {});
+    socket_broken = !failure.ok();
+    size_t next = 0;
+    while (failure.ok()) {
+      std::vector<UniqueFd> fds;
+      absl::StatusOr<v1::FdReply> reply = ReadReply(fd_sock_.get(), &fds);
+      if (!reply.ok()) {
+        failure = reply.status();
+        socket_broken = true;
+        break;
+      }
+      if (reply->code() != 0) {
+        failure = absl::Status(static_cast<absl::StatusCode>(reply->code()),
+                               absl::StrCat("claiming lease ", resp.lease_id(),
+                                            ": ", reply->message()));
+        break;
+      }
+      if (reply->lease_id() != resp.lease_id() ||
+          static_cast<size_t>(reply->chunk_ids_size()) != fds.size() ||
+          next + fds.size() > lease_ids.size()) {
+        failure = absl::DataLossError(absl::StrFormat(
+            "gmlaked sent %d descriptors for %d chunk ids of lease %d",
+            fds.size(), reply->chunk_ids_size(), reply->lease_id()));
+        socket_broken = true;  // out of step
+        break;
+      }
+      const size_t batch_start = imported.size();
+      for (size_t i = 0; i < fds.size() && failure.ok(); ++i) {
+        if (reply->chunk_ids(i) != lease_ids[next]) {
+          failure = absl::DataLossError("gmlaked sent chunks out of order");
+          break;
+        }
+        absl::StatusOr<ChunkHandle> h =
+            backend_->ImportChunk(fds[i].get(), device, size);
+        // The descriptor closes with `fds` (the import holds the chunk),
+        // unless it is kept for re-adoption.
+        if (!h.ok()) {
+          failure = WithContext("importing a chunk from gmlaked", h.status());
+          break;
+        }
+        imported.push_back({*h, lease_ids[next], size});
+        ++next;
+      }
+      // Descriptors kept for re-adoption, as many as leave the process
+      // room; the others close with `fds`.
+      const size_t keep =
+          KeepRoom(fds.size(), kept.size(), imported.size() - batch_start);
+      for (size_t i = 0; i < keep; ++i) {
+        kept.push_back({imported[batch_start + i].handle, std::move(fds[i])});
+      }
+      if (reply->last()) {
+        if (failure.ok() && next != lease_ids.size()) {
+          failure = absl::DataLossError(absl::StrFormat(
+              "gmlaked sent %d of the %d descriptors of lease %d", next,
+              lease_ids.size(), resp.lease_id()));
+        }
+        break;
+      }
+    }
+  }
+  if (failure.ok()) {
+    lease_calls_.fetch_add(1);
+    chunks_leased_.fetch_add(count);
+    for (auto& [h, fd] : kept) KeepFd(h, std::move(fd));
+    out->insert(out->end(), imported.begin(), imported.end());
+    return absl::OkStatus();
+  }
+  // Undo: drop what was imported and give the whole lease back.
+  for (const LeasedChunk& c : imported) {
+    backend_->ReleaseChunk(c.handle).IgnoreError();
+  }
+  if (socket_broken) {
+    // Without the fd socket the session is over (the daemon ends it when
+    // the connection closes).
+    return MarkLost(WithContext("gmlaked's fd socket failed", failure),
+                    r.get());
+  }
+  v1::ReturnRequest ret;
+  ret.set_session_id(r->session);
+  ret.set_token(r->token);
+  for (uint64_t id : lease_ids) ret.add_chunk_ids(id);
+  v1::ReturnResponse ret_resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  r->stub->Return(&ctx, ret, &ret_resp);
+  return failure;
+}
+
+void DaemonChunkSource::Return(int device,
+                               absl::Span<const ChunkHandle> chunks) {
+  uint64_t keep;
+  {
+    MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return;
+    DeviceState& d = devices_[device];
+    for (ChunkHandle h : chunks) {
+      auto it = d.held.find(h);
+      if (it == d.held.end()) continue;  // not ours: ignored (see header)
+      d.Idle({h, it->second.id, it->second.size});
+      d.Unhold(it);
+    }
+    // What was leased ahead stays for the growth it was leased for.
+    keep = options_.idle_watermark_bytes + d.ahead_bytes;
+  }
+  TrimIdle(device, keep, 0);
+}
+
+void DaemonChunkSource::ReturnSized(int device,
+                                    absl::Span<const SizedChunk> chunks) {
+  std::vector<ChunkHandle> handles;
+  handles.reserve(chunks.size());
+  for (const SizedChunk& c : chunks) handles.push_back(c.handle);
+  Return(device, handles);
+}
+
+uint64_t DaemonChunkSource::ReleaseIdle(int device) {
+  return TrimIdle(device, 0, 0);
+}
+
+uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
+                                     uint64_t max_bytes) {
+  std::vector<LeasedChunk> give;
+  uint64_t bytes = 0;
+  uint64_t epoch = 0;
+  {
+    MutexLock l(&mu_);
+    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+      return 0;
+    }
+    DeviceState& d = devices_[device];
+    while (!d.idle.empty() && d.idle_bytes > keep_bytes &&
+           (max_bytes == 0 || bytes < max_bytes)) {
+      give.push_back(d.idle.back());
+      d.idle.pop_back();
+      d.idle_bytes -= give.back().size;
+      bytes += give.back().size;
+    }
+    // Idle chunks go back leased-ahead ones first (nobody asked for them).
+    d.ahead_bytes = std::min(d.ahead_bytes, d.idle_bytes);
+    // Room again: leasing ahead may try anew.
+    if (bytes > 0) d.ahead_refused = false;
+    epoch = epoch_;
+  }
+  if (!give.empty()) GiveBack(device, give, epoch);
+  return bytes;
+}
+
+void DaemonChunkSource::GiveBack(int device,
+                                 absl::Span<const LeasedChunk> chunks,
+                                 uint64_t epoch) {
+  // Our handle goes first, so the daemon never leases a chunk on while
+  // this process still holds it.
+  uint64_t bytes = 0;
+  for (const LeasedChunk& c : chunks) {
+    // The kept descriptor first: once released, the handle's value may
+    // name a chunk imported next.
+    DropKeptFd(c.handle);
+    backend_->ReleaseChunk(c.handle).IgnoreError();
+    bytes += c.size;
+  }
+  // Counted before the daemon has them: once it has, the lease that asked
+  // goes on, and its caller may read this counter at once.
+  if (daemon_link::answering_pressure == this) {
+    pressure_bytes_returned_.fetch_add(bytes);
+  }
+  if (!Lost().ok()) return;
+  const std::shared_ptr<Rpc> r = link();
+  // Ids of a daemon before a restart: the new one was shown these chunks
+  // and got them back from Relink, or never counted them.
+  if (r->epoch != epoch) return;
+  v1::ReturnRequest req;
+  req.set_session_id(r->session);
+  req.set_token(r->token);
+  // Id 0: kept from before a restart, not adopted by this daemon.
+  for (const LeasedChunk& c : chunks) {
+    if (c.id != 0) req.add_chunk_ids(c.id);
+  }
+  if (req.chunk_ids_size() == 0) return;
+  {
+    MutexLock l(&mu_);
+    AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
+  }
+  v1::ReturnResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  absl::Status s = FromGrpc(r->stub->Return(&ctx, req, &resp));
+  if (s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kNotFound) {
+    MarkLost(s, r.get()).IgnoreError();
+  }
+}
+
+}  // namespace gmlake
