@@ -31,8 +31,7 @@ Allocator::Allocator(ChunkSource* source, const AllocatorOptions& options)
     max_request_.push_back(page == 0 ? 0 : o.large_arena / page * page);
   }
   source_->SetReclaimHandler([this](int device, uint64_t bytes) -> uint64_t {
-    if (device < 0 || device >= device_count()) return 0;
-    return devices_[device]->Reclaim(bytes);
+    return Reclaim(device, bytes);
   });
   source_->SetUsageProvider([this](int device) {
     if (device < 0 || device >= device_count()) {
@@ -107,6 +106,11 @@ uint64_t Allocator::EmptyCache() {
   uint64_t n = 0;
   for (auto& d : devices_) n += d->EmptyCache();
   return n;
+}
+
+uint64_t Allocator::Reclaim(int device, uint64_t bytes) {
+  if (!CheckDevice(device).ok()) return 0;
+  return devices_[device]->Reclaim(bytes);
 }
 
 absl::Status Allocator::SetCapacity(int device, uint64_t bytes) {

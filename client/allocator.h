@@ -42,6 +42,9 @@ class Allocator {
 
   // Returns every cached free chunk to the lake; bytes returned.
   uint64_t EmptyCache();
+  // What the lake's reclaim handler does: gives back at least `bytes` of
+  // free cache on `device` (whole chunks), or all of it. Bytes returned.
+  uint64_t Reclaim(int device, uint64_t bytes);
   // Limits what this process may hold on `device` (0: no limit) and gives
   // back cached memory above it.
   absl::Status SetCapacity(int device, uint64_t bytes);

@@ -29,18 +29,25 @@ constexpr size_t kChunk = 2 * kMiB;
 
 class AllocatorTest : public ::testing::Test {
  protected:
-  void Make(uint64_t lake_capacity, std::string conf = "") {
+  // A lake of 2 MiB chunks (or, with `sized_by_conf`, of the chunk sizes
+  // `conf` sets, as OpenChunkSource makes it).
+  void Make(uint64_t lake_capacity, std::string conf = "",
+            bool sized_by_conf = false) {
     allocator_.reset();
     lake_.reset();
+    auto options = ParseConf(conf);
+    ASSERT_TRUE(options.ok()) << options.status();
     HostBackend::Options bo;
     bo.capacity_bytes = size_t{8} << 30;
     auto backend = HostBackend::Create(bo);
     ASSERT_TRUE(backend.ok()) << backend.status();
     host_ = backend->get();
-    lake_ = std::make_unique<EmbeddedLake>(*std::move(backend), 0);
+    lake_ = sized_by_conf
+                ? std::make_unique<EmbeddedLake>(
+                      *std::move(backend), options->chunk_size,
+                      options->max_chunk, options->large_chunk)
+                : std::make_unique<EmbeddedLake>(*std::move(backend), 0);
     ASSERT_TRUE(lake_->SetCapacity(0, lake_capacity).ok());
-    auto options = ParseConf(conf);
-    ASSERT_TRUE(options.ok()) << options.status();
     allocator_ = std::make_unique<Allocator>(lake_.get(), *options);
   }
   void SetUp() override { Make(0); }
@@ -800,6 +807,145 @@ TEST_F(AllocatorTest, HeldBackMemoryServesItsOwnStreamWhenTheLakeIsFull) {
   }
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
   ASSERT_TRUE(allocator_->Free(keep).ok());
+}
+
+}  // namespace
+}  // namespace gmlake
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+// Issue 17: a request must use whatever the process caches before it fails,
+// whatever arena, chunk size or stream holds it. Here the free cache is in
+// 4 MiB chunks of the large arena of stream 1, the request a small one
+// (one 2 MiB page of the small arena) on stream 2.
+TEST_F(AllocatorTest, ASmallRequestOnAnotherStreamUsesTheLargeArenasCache) {
+  Make(6 * kGiB, "capacity:6GiB", /*sized_by_conf=*/true);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 64; ++i) p.push_back(MustMalloc(96 * kMiB, /*stream=*/1));
+  for (int i = 0; i < 64; ++i) {
+    if (i % 4 != 0) {
+      ASSERT_TRUE(allocator_->Free(p[i]).ok());
+    }
+  }
+  AllocatorStats s = allocator_->stats(0);
+  ASSERT_EQ(s.allocated_bytes.current, int64_t{16 * 96 * kMiB});
+  ASSERT_EQ(s.reserved_bytes.current, int64_t{6 * kGiB});
+  absl::StatusOr<DevicePtr> small = allocator_->Malloc(961 * 1024, 0, 2);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::memset(reinterpret_cast<void*>(*small), 7, 961 * 1024);
+  s = allocator_->stats(0);
+  EXPECT_LE(s.reserved_bytes.current, int64_t{6 * kGiB});
+  EXPECT_EQ(s.num_ooms, 0);
+  EXPECT_EQ(s.host_waits, 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  // And the other way: a large request takes what the small arena caches.
+  ASSERT_TRUE(allocator_->Free(*small).ok());
+  for (int i = 0; i < 64; i += 4) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  std::vector<DevicePtr> smalls;
+  for (int i = 0; i < 3 * 1024; ++i) {
+    smalls.push_back(MustMalloc(961 * 1024, /*stream=*/2));
+  }
+  for (DevicePtr x : smalls) ASSERT_TRUE(allocator_->Free(x).ok());
+  absl::StatusOr<DevicePtr> big = allocator_->Malloc(5 * kGiB, 0, 1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(*big).ok());
+}
+
+// A reclaim of `asked` bytes (as the lake asks) returns at least that, or
+// everything free but the `shared` bytes free in chunks that also hold live
+// blocks, and the books balance after.
+void ExpectReclaimGivesAtLeast(Allocator* allocator, EmbeddedLake* lake,
+                               uint64_t asked, uint64_t shared = 0) {
+  const AllocatorStats before = allocator->stats(0);
+  const uint64_t held = lake->held_bytes(0);
+  const uint64_t free_bytes =
+      static_cast<uint64_t>(before.reserved_bytes.current -
+                            before.allocated_bytes.current) -
+      shared;
+  const uint64_t got = allocator->Reclaim(0, asked);
+  EXPECT_GE(got, std::min(asked, free_bytes))
+      << "asked " << asked << ", " << free_bytes << " free";
+  const AllocatorStats after = allocator->stats(0);
+  EXPECT_EQ(after.reserved_bytes.current,
+            before.reserved_bytes.current - static_cast<int64_t>(got));
+  EXPECT_EQ(lake->held_bytes(0), held - got);
+  EXPECT_EQ(after.reclaim_asked_bytes - before.reclaim_asked_bytes,
+            static_cast<int64_t>(asked));
+  EXPECT_EQ(after.reclaim_returned_bytes - before.reclaim_returned_bytes,
+            static_cast<int64_t>(got));
+  EXPECT_EQ(after.allocated_bytes.current, before.allocated_bytes.current);
+  EXPECT_TRUE(allocator->CheckInvariants().ok());
+}
+
+// Free cache in large chunks of different sizes (the lake cuts a large
+// shortfall into 64 MiB chunks, a small one into 4 MiB chunks): a reclaim
+// smaller than any of them still returns one.
+TEST_F(AllocatorTest, ReclaimReturnsWhatIsAskedFromChunksOfAnySize) {
+  Make(0, "large_chunk:64MiB", /*sized_by_conf=*/true);
+  DevicePtr big = MustMalloc(1024 * kMiB, /*stream=*/1);  // 64 MiB chunks
+  DevicePtr mid = MustMalloc(12 * kMiB, /*stream=*/1);    // 4 MiB chunks
+  DevicePtr keep = MustMalloc(kMiB / 2, /*stream=*/2);    // small arena
+  DevicePtr tiny = MustMalloc(kMiB / 2, /*stream=*/3);    // small arena
+  ASSERT_TRUE(allocator_->Free(big).ok());
+  ASSERT_TRUE(allocator_->Free(mid).ok());
+  ASSERT_TRUE(allocator_->Free(tiny).ok());
+  // keep's chunk is partly free: that part cannot leave.
+  const uint64_t shared = kChunk - kMiB / 2;
+  for (uint64_t asked : {uint64_t{kMiB}, uint64_t{kChunk}, uint64_t{6 * kMiB},
+                         uint64_t{65 * kMiB}, uint64_t{200 * kMiB}}) {
+    ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), asked, shared);
+  }
+  // More than is free: everything free.
+  ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), 4 * kGiB, shared);
+  const AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.reserved_bytes.current, int64_t{kChunk});
+  EXPECT_EQ(s.reclaim_waits, 0) << "the streams were idle: events queried";
+  EXPECT_GT(s.chunks_returned, 3) << "big, mid and tiny's chunks";
+  ASSERT_TRUE(allocator_->Free(keep).ok());
+}
+
+// Free cache inside stitched blocks and dormant mappings: a stitch leaves
+// the old pages of its chunks mapped (dormant), and frees the stitched
+// block; a reclaim unmaps both views and returns the chunks.
+TEST_F(AllocatorTest, ReclaimReturnsChunksInsideStitchedAndDormantViews) {
+  constexpr size_t kBig = 4 * kMiB;  // chunks of two pages
+  Make(16 * kBig, "max_chunk:4MiB,grow_slack:0", /*sized_by_conf=*/true);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 16; ++i) p.push_back(MustMalloc(kBig, /*stream=*/1));
+  for (int i = 0; i < 16; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  DevicePtr stitched = MustMalloc(8 * kBig, 1);
+  ASSERT_EQ(allocator_->stats(0).dormant_chunks, 8);
+  ASSERT_TRUE(allocator_->Free(stitched).ok());
+  ASSERT_TRUE(allocator_->Free(p[1]).ok());
+  ASSERT_TRUE(allocator_->Free(p[3]).ok());
+  // The stitched block is free, its chunks dormant at their old pages.
+  ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), kMiB);
+  ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), 3 * kChunk);
+  ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), 16 * kBig);
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, int64_t{6 * kBig});
+  EXPECT_EQ(allocator_->stats(0).dormant_chunks, 0);
+  for (int i = 5; i < 16; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 6 * kBig);
+  EXPECT_EQ(lake_->held_bytes(0), 0u);
+}
+
+// A reclaim answers while the streams are busy and the thread that
+// allocates is away: it waits for the GPU (counted), never for the caller.
+TEST_F(AllocatorTest, ReclaimAnswersWhileTheStreamsAreBusy) {
+  Make(0, "max_chunk:2MiB");
+  DevicePtr a = MustMalloc(8 * kChunk, /*stream=*/1);
+  DevicePtr b = MustMalloc(kChunk, /*stream=*/1);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  host_->set_event_delay(absl::Milliseconds(20));
+  ExpectReclaimGivesAtLeast(allocator_.get(), lake_.get(), 3 * kChunk);
+  EXPECT_GT(allocator_->stats(0).reclaim_waits, 0);
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  ASSERT_TRUE(allocator_->Free(b).ok());
 }
 
 }  // namespace

@@ -110,6 +110,11 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
       }
       grown = Grow(pool, rounded);
     }
+    // (Without stitching, for comparison, nothing freed is mapped anew.)
+    if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
+        options_.stitch) {
+      grown = Remake(pool, rounded, grown.status());
+    }
     if (!grown.ok()) {
       ++stats_.num_ooms;
       if (trace_.on()) {
@@ -332,12 +337,21 @@ absl::Status DeviceAllocator::RecordOn(absl::Span<const StreamHandle> streams,
 }
 
 absl::Status DeviceAllocator::WaitForStreams(
-    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events) {
+    absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events,
+    int64_t* waited) {
   absl::Status s = RecordOn(streams, events);
   for (size_t i = 0; i < streams.size() && s.ok(); ++i) {
-    s = backend_->SyncEvent((*events)[i]);
+    s = WaitForEvent((*events)[i], waited);
   }
   return s;
+}
+
+absl::Status DeviceAllocator::WaitForEvent(EventHandle event, int64_t* waited) {
+  // An idle stream's event has completed already: no wait to count.
+  absl::StatusOr<bool> done = backend_->QueryEvent(event);
+  if (done.ok() && *done) return absl::OkStatus();
+  ++*waited;
+  return backend_->SyncEvent(event);
 }
 
 absl::Status DeviceAllocator::HandOver(StreamHandle user,
@@ -355,13 +369,14 @@ absl::Status DeviceAllocator::Settle(std::vector<StreamHandle> streams,
                                      std::vector<EventHandle> also_wait,
                                      WaitCounter counter) {
   std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  int64_t waited = 0;
   mu_.Unlock();
-  absl::Status s = WaitForStreams(streams, &events);
+  absl::Status s = WaitForStreams(streams, &events, &waited);
   for (EventHandle e : also_wait) {
-    if (s.ok()) s = backend_->SyncEvent(e);
+    if (s.ok()) s = WaitForEvent(e, &waited);
   }
   mu_.Lock();
-  stats_.*counter += static_cast<int64_t>(streams.size() + also_wait.size());
+  stats_.*counter += waited;
   idle_events_.insert(idle_events_.end(), events.begin(), events.end());
   return s;
 }
@@ -672,13 +687,16 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
   KeepUnmapped(keep);
   for (const SizedChunk& c : chunks) bytes += c.size;
   if (chunks.empty()) return 0;
-  mu_.Unlock();
-  source_->ReturnSized(device_, chunks);
-  mu_.Lock();
+  // Out of the books before the lake has them: another thread may take
+  // them from the lake as soon as they are there, and reserved must never
+  // count them twice (nor exceed the capacity).
   in_transit_bytes_ -= bytes;
   stats_.chunks_returned += static_cast<int64_t>(chunks.size());
   // Unmapped by now, so counted in the large pool.
   stats_.reserved_bytes.Add(-static_cast<int64_t>(bytes), false);
+  mu_.Unlock();
+  source_->ReturnSized(device_, chunks);
+  mu_.Lock();
   return bytes;
 }
 
@@ -831,7 +849,8 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
 
     // Chunks: held unmapped, then whole free chunks of free blocks (the
     // stitch; unmapped below), then new ones from the lake (below).
-    std::vector<SizedChunk> chunks = TakeCached(plan->pages);
+    std::vector<SizedChunk> chunks =
+        TakeCached(plan->pages, /*at_least=*/false);
     size_t have = PagesOf(chunks, page_size_);
     std::vector<Detached> stolen;
     std::vector<StreamHandle> streams;
@@ -844,7 +863,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
                           allocated_peak, options_.grow_slack);
     if (have < plan->pages && options_.stitch && !grow) {
       have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
-                         &stolen, &streams);
+                         &stolen, &streams, /*at_least=*/false);
     }
     const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
 
@@ -916,22 +935,27 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
       "-byte request four times and another thread took it each time"));
 }
 
-std::vector<SizedChunk> DeviceAllocator::TakeCached(size_t pages) {
+std::vector<SizedChunk> DeviceAllocator::TakeCached(size_t pages,
+                                                    bool at_least) {
   std::vector<SizedChunk> out;
   size_t have = 0;
+  auto take = [&](size_t i) {
+    mu_.AssertHeld();  // held by our caller; tells the lock checker
+    out.push_back(cached_[i]);
+    cached_bytes_ -= cached_[i].size;
+    in_transit_bytes_ += cached_[i].size;
+    have += cached_[i].size / page_size_;
+    cached_.erase(cached_.begin() + i);
+  };
   // Those that fit what is still missing, largest first.
   std::sort(
       cached_.begin(), cached_.end(),
       [](const SizedChunk& a, const SizedChunk& b) { return a.size < b.size; });
   for (size_t i = cached_.size(); i-- > 0 && have < pages;) {
-    const size_t n = cached_[i].size / page_size_;
-    if (n > pages - have) continue;
-    out.push_back(cached_[i]);
-    cached_bytes_ -= cached_[i].size;
-    in_transit_bytes_ += cached_[i].size;
-    cached_.erase(cached_.begin() + i);
-    have += n;
+    if (cached_[i].size / page_size_ <= pages - have) take(i);
   }
+  // Every one left is larger than the rest: the smallest covers it.
+  if (at_least && have < pages && !cached_.empty()) take(0);
   return out;
 }
 
@@ -958,7 +982,8 @@ std::pair<size_t, size_t> DeviceAllocator::WholeChunksIn(const Block* b) const {
 size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
                                    const Block* keep_b,
                                    std::vector<Detached>* out,
-                                   std::vector<StreamHandle>* streams) {
+                                   std::vector<StreamHandle>* streams,
+                                   bool at_least) {
   std::vector<Block*> candidates;
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
@@ -990,28 +1015,59 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
       }
     }
     if (q1 <= q0) continue;
-    const StreamHandle stream = b->pool->stream;
-    if (std::find(streams->begin(), streams->end(), stream) == streams->end()) {
-      streams->push_back(stream);
+    got += StealPages(b, q0, q1, out, streams);
+  }
+  // Chunks of odd sizes left a rest: the chunk that fits it best, one at a
+  // time (the largest no larger than the rest, else the smallest).
+  while (at_least && got < pages) {
+    Block* best = nullptr;
+    size_t best_q = 0, best_n = 0;
+    for (auto& pool : pools_) {
+      pool->free.ForEach([&](Block* b) {
+        mu_.AssertHeld();  // held by our caller; tells the lock checker
+        if (b == keep_a || b == keep_b) return;
+        const Arena* a = b->segment->arena;
+        const auto [first, end] = WholeChunksIn(b);
+        for (size_t q = first; q < end; q += a->chunk_pages[q]) {
+          const size_t n = a->chunk_pages[q];
+          if (best == nullptr || BetterFit(n, best_n, pages - got)) {
+            best = b;
+            best_q = q;
+            best_n = n;
+          }
+        }
+      });
     }
-    Detached d;
-    d.arena = a;
-    d.first_page = q0;
-    d.pool = b->pool;
-    d.chunks = CutPages(b, q0, q1);
-    for (const SizedChunk& c : d.chunks) in_transit_bytes_ += c.size;
-    out->push_back(std::move(d));
-    got += q1 - q0;
-    stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
+    if (best == nullptr) break;
+    got += StealPages(best, best_q, best_q + best_n, out, streams);
   }
   return got;
 }
 
+size_t DeviceAllocator::StealPages(Block* b, size_t q0, size_t q1,
+                                   std::vector<Detached>* out,
+                                   std::vector<StreamHandle>* streams) {
+  const StreamHandle stream = b->pool->stream;
+  if (std::find(streams->begin(), streams->end(), stream) == streams->end()) {
+    streams->push_back(stream);
+  }
+  Detached d;
+  d.arena = b->segment->arena;
+  d.first_page = q0;
+  d.pool = b->pool;
+  d.chunks = CutPages(b, q0, q1);
+  for (const SizedChunk& c : d.chunks) in_transit_bytes_ += c.size;
+  out->push_back(std::move(d));
+  stats_.chunks_stolen += static_cast<int64_t>(q1 - q0);
+  return q1 - q0;
+}
+
 absl::Status DeviceAllocator::UnmapStolen(
     absl::Span<const StreamHandle> streams, std::vector<EventHandle>* events,
-    std::vector<Detached>* stolen, std::vector<SizedChunk>* into) {
+    std::vector<Detached>* stolen, std::vector<SizedChunk>* into,
+    int64_t* waited) {
   // Unmapping does not wait for kernels still touching the memory.
-  absl::Status status = WaitForStreams(streams, events);
+  absl::Status status = WaitForStreams(streams, events, waited);
   for (Detached& d : *stolen) {
     if (status.ok()) {
       status = UnmapChunks(backend_, d.arena->PageAddr(d.first_page), d.chunks);
@@ -1189,35 +1245,70 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
-  if (SettleAll(&AllocatorStats::reclaim_waits).ok()) {
+  const uint64_t given = ReleaseFree(bytes, &AllocatorStats::reclaim_waits);
+  ++stats_.reclaims;
+  stats_.reclaim_asked_bytes += static_cast<int64_t>(bytes);
+  stats_.reclaim_returned_bytes += static_cast<int64_t>(given);
+  return given;
+}
+
+uint64_t DeviceAllocator::EmptyCache() {
+  TraceRecorder::CallScope call(&trace_);
+  MutexLock lock(&mu_);
+  return ReleaseFree(~uint64_t{0}, &AllocatorStats::reclaim_waits);
+}
+
+uint64_t DeviceAllocator::ReleaseFree(uint64_t bytes, WaitCounter counter) {
+  // Everything free becomes whole chunks in free blocks or the cache: held
+  // back blocks come back, blocks of different streams sharing a chunk
+  // merge, and dormant views (a stitch's old pages) are unmapped, so a
+  // chunk mapped in a free stitched block and dormant elsewhere can leave.
+  if (SettleAll(counter).ok()) {
     ProcessPending();
     MergeSettledNeighbours();
     UnmapDormant(/*settled=*/true);
   }
-  const size_t want = (bytes + page_size_ - 1) / page_size_;
-  std::vector<SizedChunk> chunks = TakeCached(want);
+  const size_t want = static_cast<size_t>(bytes / page_size_ +
+                                          (bytes % page_size_ != 0 ? 1 : 0));
+  // At least what is asked: a chunk larger than the rest still goes (the
+  // lake asked for room; less than asked breaks a colocated process).
+  std::vector<SizedChunk> chunks = TakeCached(want, /*at_least=*/true);
   size_t have = PagesOf(chunks, page_size_);
   std::vector<Detached> stolen;
   std::vector<StreamHandle> streams;
   if (have < want) {
-    // Whole chunks only: a chunk larger than what is still wanted stays.
-    have += StealBooks(want - have, nullptr, nullptr, &stolen, &streams);
+    have += StealBooks(want - have, nullptr, nullptr, &stolen, &streams,
+                       /*at_least=*/true);
   }
   std::vector<EventHandle> events = TakeIdleEvents(streams.size());
+  int64_t waited = 0;
   ++slow_paths_;
   mu_.Unlock();
-  UnmapStolen(streams, &events, &stolen, &chunks).IgnoreError();
+  UnmapStolen(streams, &events, &stolen, &chunks, &waited).IgnoreError();
   mu_.Lock();
   --slow_paths_;
   slow_path_done_.SignalAll();
-  stats_.reclaim_waits += static_cast<int64_t>(streams.size());
+  stats_.*counter += waited;
   idle_events_.insert(idle_events_.end(), events.begin(), events.end());
   FinishSteals(&stolen, nullptr);
   return GiveBack(std::move(chunks));
 }
 
-uint64_t DeviceAllocator::EmptyCache() {
-  return Reclaim(~uint64_t{0} - (uint64_t{1} << 40));
+absl::StatusOr<Block*> DeviceAllocator::Remake(Pool* pool, size_t size,
+                                               absl::Status cause) {
+  // First just what the request needs (the rest of the cache stays for the
+  // sizes the program repeats), then everything free.
+  for (uint64_t bytes : {uint64_t{RoundUp(size, page_size_)}, ~uint64_t{0}}) {
+    const uint64_t given = ReleaseFree(bytes, &AllocatorStats::host_waits);
+    stats_.remade_bytes += static_cast<int64_t>(given);
+    if (given == 0) break;
+    absl::StatusOr<Block*> grown = Grow(pool, size);
+    if (grown.ok() || !absl::IsResourceExhausted(grown.status())) {
+      return grown;
+    }
+    cause = grown.status();
+  }
+  return cause;
 }
 
 // --- Reporting --------------------------------------------------------------

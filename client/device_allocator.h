@@ -119,9 +119,15 @@ class DeviceAllocator {
   // when it has too few). Called without mu_.
   absl::Status RecordOn(absl::Span<const StreamHandle> streams,
                         std::vector<EventHandle>* events);
-  // RecordOn, then blocks until each event completed. Called without mu_.
+  // RecordOn, then blocks until each event completed, adding to `waited`
+  // the events it had to block for (not those complete at once). Called
+  // without mu_.
   absl::Status WaitForStreams(absl::Span<const StreamHandle> streams,
-                              std::vector<EventHandle>* events);
+                              std::vector<EventHandle>* events,
+                              int64_t* waited);
+  // Queries `event`; blocks for it (and counts one in `waited`) only when
+  // it has not completed. Called without mu_.
+  absl::Status WaitForEvent(EventHandle event, int64_t* waited);
   // RecordOn, then makes `user` wait on the device for each stream other
   // than itself: memory last used on `streams` may then be used on `user`
   // at once. The host does not wait. Called without mu_.
@@ -163,6 +169,19 @@ class DeviceAllocator {
   // The free block holding the page at `page` of `arena`.
   Block* FreeBlockAt(Arena* arena, size_t page) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back at least `bytes` of free cache (whole chunks), or all of it:
+  // the cache, then whole free chunks of any arena and stream, after
+  // waiting for every stream (the host blocks only for a stream not idle;
+  // counted in `counter`) and unmapping dormant views. Releases mu_ for
+  // the calls. Returns the bytes given.
+  uint64_t ReleaseFree(uint64_t bytes, WaitCounter counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last resort of a request the lake refused after every retry: free
+  // cache no slow path could use for it (another arena's, chunks larger
+  // than it can map) goes back to the lake, just what it needs first, then
+  // all, and Grow takes chunks again. `cause` when nothing was free.
+  absl::StatusOr<Block*> Remake(Pool* pool, size_t size, absl::Status cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives chunks back to the source, except those still mapped dormant
   // somewhere (kept unmapped-cached until a later reclaim). Releases mu_ for
   // the source. Returns the bytes given.
@@ -201,14 +220,22 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Plan> PlanMapping(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Cached chunks covering at most `pages` pages, largest first.
-  std::vector<SizedChunk> TakeCached(size_t pages)
+  // Cached chunks covering at most `pages` pages, largest first; with
+  // `at_least`, then one more (the smallest) if they cover fewer.
+  std::vector<SizedChunk> TakeCached(size_t pages, bool at_least)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes whole chunks out of free blocks (not `keep_a` or `keep_b`),
-  // smallest block first, covering up to `pages` pages: in the books only;
-  // the caller unmaps them after waiting for `streams`. Returns the pages.
+  // smallest block first, covering up to `pages` pages (with `at_least`:
+  // at least `pages`, or all there are, by taking chunks larger than the
+  // rest): in the books only; the caller unmaps them after waiting for
+  // `streams`. Returns the pages.
   size_t StealBooks(size_t pages, const Block* keep_a, const Block* keep_b,
                     std::vector<Detached>* out,
+                    std::vector<StreamHandle>* streams, bool at_least)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cuts pages [q0, q1) of whole chunks out of free block `b` into `out`,
+  // in transit, noting its stream. Returns the pages.
+  size_t StealPages(Block* b, size_t q0, size_t q1, std::vector<Detached>* out,
                     std::vector<StreamHandle>* streams)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without mu_: waits for `streams`, then unmaps the stolen runs (each
@@ -216,7 +243,7 @@ class DeviceAllocator {
   absl::Status UnmapStolen(absl::Span<const StreamHandle> streams,
                            std::vector<EventHandle>* events,
                            std::vector<Detached>* stolen,
-                           std::vector<SizedChunk>* into);
+                           std::vector<SizedChunk>* into, int64_t* waited);
   // Ends the steals: runs not taken go back where they were, as free
   // memory. Taken runs were unmapped (a reclaim: `events` null) or are
   // still mapped, and go dormant in a generation of `events` (a stitch).

@@ -72,6 +72,17 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
   for (const ChunkRun& run : PlanChunks(bytes - have, sizing_)) {
     for (uint64_t i = 0; i < run.count; ++i) {
       absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, run.size);
+      if (!h.ok() && absl::IsResourceExhausted(h.status()) &&
+          !books.idle.empty()) {
+        // Kept chunks of other sizes fill the device: release them (no one
+        // holds them) and make this one. The allocator gives back chunks
+        // of one arena to take chunks of another size (Remake).
+        for (const SizedChunk& c : books.idle) {
+          backend_->ReleaseChunk(c.handle).IgnoreError();
+        }
+        books.idle.clear();
+        h = backend_->CreateChunk(device, run.size);
+      }
       if (!h.ok()) {
         // All or nothing: keep what we took for the next caller.
         books.idle.insert(books.idle.end(), out.begin(), out.end());

@@ -146,6 +146,23 @@ TEST_F(EmbeddedLakeTest, BackendOutOfMemoryIsAllOrNothing) {
   lake_->ReturnSized(0, *held);
 }
 
+// Kept chunks of another size that fill the device are released for a
+// request they cannot serve (the allocator gives back 4 MiB chunks to take
+// a 2 MiB one for its small arena): the device is not full, only the kept.
+TEST_F(EmbeddedLakeTest, KeptChunksOfAnotherSizeMakeRoomWhenTheDeviceIsFull) {
+  Make(4 * kChunk, 2 * kChunk);
+  absl::StatusOr<std::vector<SizedChunk>> all =
+      lake_->AcquireBytes(0, 4 * kChunk);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);  // two chunks of 4 MiB fill the device
+  lake_->ReturnSized(0, *all);
+  absl::StatusOr<std::vector<SizedChunk>> one = lake_->AcquireBytes(0, kChunk);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(Sum(*one), kChunk);
+  EXPECT_EQ(lake_->held_bytes(0), kChunk);
+  lake_->ReturnSized(0, *one);
+}
+
 TEST_F(EmbeddedLakeTest, TrimAndTheEndReleaseKeptChunks) {
   absl::StatusOr<std::vector<SizedChunk>> a =
       lake_->AcquireBytes(0, 4 * kChunk);

@@ -74,6 +74,10 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   cross_stream_reuses += o.cross_stream_reuses;
   host_waits += o.host_waits;
   reclaim_waits += o.reclaim_waits;
+  reclaims += o.reclaims;
+  reclaim_asked_bytes += o.reclaim_asked_bytes;
+  reclaim_returned_bytes += o.reclaim_returned_bytes;
+  remade_bytes += o.remade_bytes;
   dormant_chunks += o.dormant_chunks;
   reactivations += o.reactivations;
   cached_chunks += o.cached_chunks;
@@ -129,6 +133,10 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.cross_stream_reuses\":", cross_stream_reuses,
       ",\"gmlake.host_waits\":", host_waits,
       ",\"gmlake.reclaim_waits\":", reclaim_waits,
+      ",\"gmlake.reclaims\":", reclaims,
+      ",\"gmlake.reclaim_asked_bytes\":", reclaim_asked_bytes,
+      ",\"gmlake.reclaim_returned_bytes\":", reclaim_returned_bytes,
+      ",\"gmlake.remade_bytes\":", remade_bytes,
       ",\"gmlake.dormant_chunks\":", dormant_chunks,
       ",\"gmlake.reactivations\":", reactivations,
       ",\"gmlake.cached_chunks\":", cached_chunks);

@@ -87,6 +87,15 @@ struct AllocatorStats {
   int64_t host_waits = 0;
   // The same, for empty_cache and reclaims (memory leaving the process).
   int64_t reclaim_waits = 0;
+  // Reclaims the lake (or set_capacity) asked for, and what they returned:
+  // each returns at least what is asked (whole chunks), or everything free.
+  // empty_cache is not counted.
+  int64_t reclaims = 0;
+  int64_t reclaim_asked_bytes = 0;
+  int64_t reclaim_returned_bytes = 0;
+  // Free cache given back by a malloc that found no other way, to be taken
+  // again in chunks the request can use (another arena's, another size).
+  int64_t remade_bytes = 0;
   // Stitches leave the chunks they take mapped where they were freed
   // ("dormant"), so the same shape later gets them back with no driver
   // call (a reactivation).

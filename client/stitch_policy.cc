@@ -66,4 +66,10 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
          budget;
 }
 
+bool BetterFit(size_t pages, size_t best, size_t rest) {
+  const bool fits = pages <= rest, best_fits = best <= rest;
+  if (fits != best_fits) return fits;
+  return fits ? pages > best : pages < best;
+}
+
 }  // namespace gmlake

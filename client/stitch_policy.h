@@ -67,6 +67,11 @@ std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims);
 bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
                           uint64_t allocated_peak, double slack);
 
+// Whether a chunk of `pages` serves a reclaim's `rest` (pages still to give
+// back) better than one of `best`: the largest no larger than the rest (no
+// more leaves than asked), else the smallest (the least beyond it).
+bool BetterFit(size_t pages, size_t best, size_t rest);
+
 }  // namespace gmlake
 
 #endif  // GMLAKE_CLIENT_STITCH_POLICY_H_

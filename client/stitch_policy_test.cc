@@ -68,5 +68,14 @@ TEST(GrowRatherThanStitchTest, GrowsWhileWithinTheSlack) {
   EXPECT_TRUE(GrowRatherThanStitch(0, 2 << 20, 2 << 20, 0.005));
 }
 
+TEST(BetterFitTest, LargestWithinTheRestElseSmallestBeyondIt) {
+  EXPECT_TRUE(BetterFit(2, 1, 3));  // both fit: the larger
+  EXPECT_FALSE(BetterFit(1, 2, 3));
+  EXPECT_TRUE(BetterFit(3, 4, 3));  // one fits
+  EXPECT_FALSE(BetterFit(4, 3, 3));
+  EXPECT_TRUE(BetterFit(16, 512, 1));  // neither: the smaller
+  EXPECT_FALSE(BetterFit(512, 16, 1));
+}
+
 }  // namespace
 }  // namespace gmlake
