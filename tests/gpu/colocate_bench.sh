@@ -55,7 +55,7 @@ run_one() {  # setting, rep
       export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock" ;;
   esac
   local t0=$SECONDS
-  timeout 420 "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
+  timeout "${PAIR_TIMEOUT:-420}" "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
   local rc=$?
   unset PYTORCH_CUDA_ALLOC_CONF GMLAKE_CONF
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | while read -r kind json; do
