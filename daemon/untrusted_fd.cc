@@ -25,6 +25,51 @@ namespace {
 
 constexpr long kDmaBufMagic = 0x444d4142;  // DMA_BUF_MAGIC, linux/magic.h
 
+void DisarmLinger(int fd) {
+  const linger off{0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+}
+
+// A Unix socket's unread messages may carry descriptors (SCM_RIGHTS) that
+// its close would drop, and whose last close may block (a lingering TCP
+// socket in a half-read message). Receives them first, a bounded number,
+// turns their linger off and closes them, looking `depth` levels down.
+void DrainDescriptors(int fd, int depth) {
+  int type = 0, domain = 0;
+  socklen_t len = sizeof(type);
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return;
+  len = sizeof(domain);
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+      domain != AF_UNIX) {
+    return;
+  }
+  constexpr int kMaxReads = 64;
+  constexpr size_t kFdsPerRead = 253;  // SCM_MAX_FD
+  alignas(cmsghdr) char control[CMSG_SPACE(kFdsPerRead * sizeof(int))];
+  char bytes[4096];
+  for (int i = 0; i < kMaxReads; ++i) {
+    iovec iov{bytes, sizeof(bytes)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    if (::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+         c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t k = 0; k < n; ++k) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+        DisarmLinger(got);
+        if (depth > 0) DrainDescriptors(got, depth - 1);
+        ::close(got);
+      }
+    }
+  }
+}
+
 // One detached thread closing what serving threads must not. Never
 // destroyed: at exit, a close still waiting dies with the process.
 class Closer {
@@ -61,6 +106,7 @@ class Closer {
         queue_.pop_front();
         closing_ = true;
       }
+      DrainDescriptors(fd, /*depth=*/1);
       ::close(fd);
     }
   }
@@ -147,8 +193,7 @@ void CloseUntrusted(UniqueFd fd) {
   // A lingering socket's last close would wait out its linger: make it
   // return at once (the kernel still sends what is queued, in the
   // background). Harmless for the other kinds, where it fails.
-  const linger off{0, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+  DisarmLinger(fd.get());
   Closer::Get().Close(fd.Release());
 }
 

@@ -17,8 +17,9 @@
 //  - Serving threads never close a client's descriptor (nor a client's
 //    connection, whose unread messages may carry some): CloseUntrusted
 //    hands them to one detached closer thread, after turning off SO_LINGER
-//    on sockets so that even that thread rarely waits. The closer is never
-//    joined, so SIGTERM does not wait for it either.
+//    on sockets; the closer receives what a Unix socket's unread messages
+//    carry and turns their linger off too, so that even it rarely waits.
+//    It is never joined, so SIGTERM does not wait for it either.
 //  - gRPC connections cannot carry descriptors at all (RefuseDescriptors,
 //    SO_PASSRIGHTS on the listening socket: the kernel refuses the
 //    sendmsg).

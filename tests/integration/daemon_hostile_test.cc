@@ -50,54 +50,6 @@ constexpr int kLingerSeconds = 8;
 // still far below the linger.
 constexpr absl::Duration kServed = absl::Seconds(2);
 
-// A TCP socket on loopback whose last close waits kLingerSeconds: SO_LINGER
-// set, its send queue full, and its peer (kept open here) never reads.
-struct LingeringSocket {
-  UniqueFd listener, peer, sock;
-};
-
-LingeringSocket MakeLingeringSocket() {
-  LingeringSocket l;
-  l.listener.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const int small = 4096;
-  ::setsockopt(l.listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(::bind(l.listener.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
-  EXPECT_EQ(::listen(l.listener.get(), 1), 0);
-  ::getsockname(l.listener.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  l.sock.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  ::setsockopt(l.sock.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
-  EXPECT_EQ(::connect(l.sock.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
-  l.peer.Reset(::accept4(l.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  const linger lg{1, kLingerSeconds};
-  ::setsockopt(l.sock.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-  std::string junk(1 << 16, 'x');
-  while (::send(l.sock.get(), junk.data(), junk.size(),
-                MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
-  }
-  return l;
-}
-
-// Sends `bytes` with `fd` attached (SCM_RIGHTS); the errno, or 0.
-int SendWithFd(int sock, const std::string& bytes, int fd) {
-  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? errno : 0;
-}
-
 // The header of a framed message (common/fd_passing.h) announcing
 // `payload` bytes and one descriptor.
 std::string FrameHeaderBytes(uint32_t payload) {
@@ -198,7 +150,7 @@ TEST_F(Hostile, ALingeringDescriptorOnTheFdSocketBlocksNobody) {
   std::vector<LingeringSocket> lingering;
 
   // With an adopt request: refused, as a socket is no chunk.
-  lingering.push_back(MakeLingeringSocket());
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
   v1::FdRequest adopt;
   adopt.set_session_id(session);
   adopt.set_token(token);
@@ -216,7 +168,7 @@ TEST_F(Hostile, ALingeringDescriptorOnTheFdSocketBlocksNobody) {
   ExpectServedMeanwhile(2000);
 
   // With a claim request.
-  lingering.push_back(MakeLingeringSocket());
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
   v1::FdRequest claim;
   claim.set_session_id(session);
   claim.set_token(token);
@@ -230,7 +182,7 @@ TEST_F(Hostile, ALingeringDescriptorOnTheFdSocketBlocksNobody) {
 
   // Half a message, its descriptor with the header: the connection is
   // dropped after --partial_timeout, its unread descriptor with it.
-  lingering.push_back(MakeLingeringSocket());
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
   absl::StatusOr<UniqueFd> half = ConnectUnix(daemon_->fd_socket());
   ASSERT_OK(half);
   ASSERT_EQ(SendWithFd(half->get(), FrameHeaderBytes(100),
@@ -247,7 +199,7 @@ TEST_F(Hostile, ALingeringDescriptorOnTheFdSocketBlocksNobody) {
   ExpectServedMeanwhile(2002);
 
   // And one left in a half-sent message at SIGTERM.
-  lingering.push_back(MakeLingeringSocket());
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
   absl::StatusOr<UniqueFd> last = ConnectUnix(daemon_->fd_socket());
   ASSERT_OK(last);
   ASSERT_EQ(SendWithFd(last->get(), FrameHeaderBytes(100),
@@ -267,7 +219,7 @@ TEST_F(Hostile, ALingeringDescriptorOnTheGrpcSocketBlocksNobody) {
   std::vector<UniqueFd> conns;
   for (const std::string& bytes :
        {std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), std::string("x")}) {
-    lingering.push_back(MakeLingeringSocket());
+    lingering.push_back(MakeLingeringSocket(kLingerSeconds));
     absl::StatusOr<UniqueFd> c = ConnectUnix(daemon_->socket());
     ASSERT_OK(c);
     const int err = SendWithFd(c->get(), bytes, lingering.back().sock.get());
