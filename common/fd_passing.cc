@@ -391,9 +391,11 @@ absl::StatusOr<FrameQueued> PeekFrame(int sock, size_t max_payload) {
   return queued >= h.wire_bytes() ? FrameQueued::kWhole : FrameQueued::kPart;
 }
 
-absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
-                                        size_t max_fds) {
-  ReceivedMessage out;
+namespace {
+// RecvFds into `out`: on an error, the descriptors that arrived are left in
+// out.fds.
+absl::Status RecvFdsInto(int sock, size_t max_payload, size_t max_fds,
+                         ReceivedMessage& out) {
   Reader reader(sock, std::min(max_fds, kMaxFdsPerGroup), &out.fds);
   uint8_t header[kFdFrameHeaderSize];
   if (absl::Status s = reader.Read(header, sizeof(header)); !s.ok()) return s;
@@ -454,7 +456,20 @@ absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
       !s.ok()) {
     return s;
   }
-  return out;
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
+                                        size_t max_fds,
+                                        std::vector<UniqueFd>* arrived) {
+  ReceivedMessage out;
+  absl::Status s = RecvFdsInto(sock, max_payload, max_fds, out);
+  if (s.ok()) return out;
+  if (arrived != nullptr) {
+    for (UniqueFd& fd : out.fds) arrived->push_back(std::move(fd));
+  }
+  return s;
 }
 
 absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock) {

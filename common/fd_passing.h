@@ -141,8 +141,12 @@ struct ReceivedMessage {
 //   DataLoss           not a message of this protocol (bad magic), or the
 //                      descriptors that arrived do not match the header.
 //   DeadlineExceeded   SO_RCVTIMEO expired.
-absl::StatusOr<ReceivedMessage> RecvFds(int sock, size_t max_payload,
-                                        size_t max_fds);
+// With `arrived`, the descriptors that arrived before an error are moved
+// there instead of being closed (a daemon closes a client's descriptors on
+// a thread where a close that blocks harms nobody: daemon/untrusted_fd.h).
+absl::StatusOr<ReceivedMessage> RecvFds(
+    int sock, size_t max_payload, size_t max_fds,
+    std::vector<UniqueFd>* arrived = nullptr);
 
 // Who is at the other end of a connected Unix socket (SO_PEERCRED): the
 // process that connected (or created the socket pair), as of that moment.

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/mutex.h"
 #include "daemon/log.h"
+#include "daemon/untrusted_fd.h"
 #include "proto/gmlake.pb.h"
 
 namespace gmlake {
@@ -27,6 +28,16 @@ namespace {
 constexpr uint64_t kListenerSerial = 0;
 constexpr uint64_t kWakeSerial = 1;
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(200);
+// After running out of descriptors, accepting pauses this long.
+constexpr absl::Duration kAcceptBackoff = absl::Milliseconds(100);
+
+UniqueFd OpenSpare() {
+  return UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
+bool OutOfDescriptors(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
 
 }  // namespace
 
@@ -67,6 +78,7 @@ FdServer::FdServer(Lake* lake, FdServerOptions options, UniqueFd listener,
       wake_(std::move(wake)),
       epoll_(std::move(epoll)),
       last_housekeeping_(absl::Now()),
+      spare_(OpenSpare()),
       hook_target_(std::make_shared<HookTarget>()) {
   MutexLock l(&hook_target_->mu);
   hook_target_->server = this;
@@ -87,6 +99,9 @@ void FdServer::Stop() {
   }
   Wake();
   if (thread_.joinable()) thread_.join();
+  // A connection's unread messages may carry a client's descriptors, whose
+  // close could block: SIGTERM must not wait on them.
+  for (auto& [serial, c] : conns_) CloseUntrusted(std::move(c->sock));
   conns_.clear();
   listener_.Reset();
   ::unlink(options_.path.c_str());
@@ -184,25 +199,101 @@ void FdServer::Loop() {
   }
 }
 
+void FdServer::Refuse(UniqueFd sock, const absl::Status& why) {
+  // One try, without waiting: a client that does not read misses the
+  // reason, not its turn.
+  v1::FdReply reply;
+  reply.set_code(static_cast<int>(why.code()));
+  reply.set_message(std::string(why.message()));
+  reply.set_last(true);
+  FrameSendQueue out;
+  if (out.Push(reply.SerializeAsString(), {}).ok()) {
+    out.Flush(sock.get()).IgnoreError();
+  }
+  CloseUntrusted(std::move(sock));
+}
+
+void FdServer::OutOfDescriptorsWhileAccepting(int err) {
+  // The classic reserve descriptor: give it up to take the connection and
+  // tell it why, rather than leave it in the backlog to wake us again.
+  if (spare_.valid()) {
+    spare_.Reset();
+    UniqueFd sock(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (sock.valid()) {
+      Refuse(std::move(sock),
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "gmlaked is out of descriptors (", std::strerror(err),
+                 "; its RLIMIT_NOFILE is reached); try again later, or raise "
+                 "LimitNOFILE= of gmlaked.service")));
+      ++refused_for_descriptors_;
+    }
+    // Back once the closer thread has closed the refused one.
+    spare_ = OpenSpare();
+  }
+  // Stop watching the listener for a while: epoll would wake us at once.
+  epoll_event ev{};
+  ev.data.u64 = kListenerSerial;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+  accept_paused_until_ = absl::Now() + kAcceptBackoff;
+  uint64_t left_out = 0;
+  if (accept_log_.Allow(&left_out)) {
+    Warnf(
+        "fd socket: accept: %s; refusing new connections for %s "
+        "(%d refused so far; %d lines like this left out)",
+        std::strerror(err), absl::FormatDuration(kAcceptBackoff),
+        refused_for_descriptors_, left_out);
+  }
+}
+
+void FdServer::ResumeAccepting() {
+  if (accept_paused_until_ == absl::InfinitePast() ||
+      absl::Now() < accept_paused_until_) {
+    return;
+  }
+  accept_paused_until_ = absl::InfinitePast();
+  if (!spare_.valid()) spare_ = OpenSpare();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenerSerial;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+}
+
 void FdServer::AcceptAll() {
   for (;;) {
     UniqueFd sock(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!sock.valid()) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        Warnf("fd socket: accept: %s", std::strerror(errno));
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (OutOfDescriptors(err)) {
+        OutOfDescriptorsWhileAccepting(err);
+      } else if (err != EAGAIN && err != EWOULDBLOCK) {
+        uint64_t left_out = 0;
+        if (accept_log_.Allow(&left_out)) {
+          Warnf("fd socket: accept: %s (%d lines like this left out)",
+                std::strerror(err), left_out);
+        }
       }
       return;
     }
     if (conns_.size() >= options_.max_connections) {
-      Warnf("fd socket: %d connections already, the limit; refusing one",
-            conns_.size());
-      continue;  // closes it
+      uint64_t left_out = 0;
+      if (accept_log_.Allow(&left_out)) {
+        Warnf(
+            "fd socket: %d connections already, the limit; refusing one (%d "
+            "lines like this left out)",
+            conns_.size(), left_out);
+      }
+      Refuse(std::move(sock),
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "gmlaked's fd socket has ", conns_.size(),
+                 " connections, its limit; close some and try again")));
+      continue;
     }
     absl::StatusOr<PeerCredentials> peer = GetPeerCredentials(sock.get());
     if (!peer.ok()) {
       Warnf("fd socket: a connection without credentials: %s",
             peer.status().ToString());
+      CloseUntrusted(std::move(sock));
       continue;
     }
     // Reads start only on a complete message, so they never wait; the
@@ -221,6 +312,7 @@ void FdServer::AcceptAll() {
     ev.data.u64 = c->serial;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->sock.get(), &ev) != 0) {
       Errorf("fd socket: epoll_ctl: %s", std::strerror(errno));
+      CloseUntrusted(std::move(c->sock));
       continue;
     }
     const uint64_t serial = c->serial;
@@ -263,9 +355,11 @@ FdServer::Served FdServer::ServeSome(Conn* c, std::string* why) {
       return Served::kIdle;
     }
     c->partial_since = absl::InfiniteFuture();
+    std::vector<UniqueFd> arrived;
     absl::StatusOr<ReceivedMessage> msg =
-        RecvFds(c->sock.get(), kMaxFdRequestBytes, kMaxFdsPerGroup);
+        RecvFds(c->sock.get(), kMaxFdRequestBytes, kMaxFdsPerGroup, &arrived);
     if (!msg.ok()) {
+      CloseUntrusted(std::move(arrived));
       // The stream is out of step: say why, then close.
       std::string unused;
       ReplyStatus(c,
@@ -304,12 +398,15 @@ bool FdServer::Serve(Conn* c, ReceivedMessage* msg, std::string* why) {
   v1::FdRequest req;
   const bool parsed = req.ParseFromString(msg->payload);
   if (!msg->fds.empty() && !(parsed && req.has_adopt())) {
-    // They are closed with `msg`; the stream is still in step.
+    // Closed where a close that blocks harms nobody; the stream is still in
+    // step.
+    const size_t n = msg->fds.size();
+    CloseUntrusted(std::move(msg->fds));
     return ReplyStatus(c,
                        absl::InvalidArgumentError(absl::StrFormat(
                            "gmlaked takes descriptors only with an adopt "
                            "request; the %d sent were closed",
-                           msg->fds.size())),
+                           n)),
                        why);
   }
   if (!parsed) {
@@ -367,14 +464,23 @@ absl::Status FdServer::CheckBoundTo(const Conn& c, uint64_t session,
 
 bool FdServer::ServeAdopt(Conn* c, const v1::FdRequest& req,
                           std::vector<UniqueFd> fds, std::string* why) {
+  // The client's descriptors close on the closer thread, whatever happens.
+  struct CloseLater {
+    std::vector<UniqueFd>* fds;
+    ~CloseLater() { CloseUntrusted(std::move(*fds)); }
+  } close_later{&fds};
   if (absl::Status s = CheckBoundTo(*c, req.session_id(), "adopting chunks");
       !s.ok()) {
     return ReplyStatus(c, s, why);
   }
+  // Only kinds whose close never waits on a client reach the Lake.
+  if (absl::Status s = CheckChunkDescriptors(fds); !s.ok()) {
+    return ReplyStatus(c, s, why);
+  }
   const std::vector<uint64_t> previous(req.adopt().previous_chunk_ids().begin(),
                                        req.adopt().previous_chunk_ids().end());
-  // The descriptors close when this returns: what was adopted the daemon
-  // imported and holds.
+  // What was adopted the daemon imported and holds: the descriptors close
+  // when this returns.
   const std::vector<uint64_t> sizes(req.adopt().chunk_bytes().begin(),
                                     req.adopt().chunk_bytes().end());
   absl::StatusOr<std::vector<uint64_t>> ids =
@@ -474,6 +580,8 @@ void FdServer::Close(uint64_t serial, absl::string_view why, bool end_session) {
   conns_.erase(it);
   ready_.erase(serial);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->sock.get(), nullptr);
+  // Its unread messages may carry descriptors whose close blocks.
+  CloseUntrusted(std::move(c->sock));
   if (c->session != 0 && end_session) {
     lake_->EndSession(
         c->session,
@@ -487,6 +595,7 @@ void FdServer::Close(uint64_t serial, absl::string_view why, bool end_session) {
 void FdServer::Housekeeping() {
   const absl::Time now = absl::Now();
   last_housekeeping_ = now;
+  ResumeAccepting();
   std::vector<std::pair<uint64_t, std::string>> drop;
   for (const auto& [serial, c] : conns_) {
     if (now - c->out.oldest_queued() > options_.send_timeout) {

@@ -50,6 +50,7 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "daemon/lake.h"
+#include "daemon/log.h"
 #include "proto/gmlake.pb.h"
 
 namespace gmlake {
@@ -130,6 +131,13 @@ class FdServer {
            UniqueFd wake, UniqueFd epoll);
   void Loop();
   void AcceptAll();
+  // At the descriptor limit: refuses one connection with the spare
+  // descriptor, pauses accepting for a while, logs (rate-limited).
+  void OutOfDescriptorsWhileAccepting(int err);
+  // Watches the listener again once the pause is over.
+  void ResumeAccepting();
+  // Tells `sock` why (if it reads at once) and closes it.
+  void Refuse(UniqueFd sock, const absl::Status& why);
   // Serves up to requests_per_wakeup complete requests queued on `c`.
   Served ServeSome(Conn* c, std::string* why);
   // Serves one request; false to close the connection.
@@ -170,6 +178,12 @@ class FdServer {
   std::set<uint64_t> ready_;
   uint64_t next_serial_ = 2;  // 0: listener, 1: wake
   absl::Time last_housekeeping_;
+  // Given up at EMFILE to accept a connection and refuse it (else it
+  // would stay in the backlog and wake the loop at once, forever).
+  UniqueFd spare_;
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+  uint64_t refused_for_descriptors_ = 0;
+  LogRateLimit accept_log_{absl::Seconds(1)};
 
   // Shared with the end-of-session hooks the Lake holds, which may outlive
   // this server: they reach it only while `server` is set.

@@ -128,6 +128,20 @@ ABSL_FLAG(bool, export_on_demand, true,
           "Export a chunk's descriptor each time it is sent (~26 us on an "
           "H200) instead of keeping one open per chunk, so that the "
           "daemon's descriptors do not grow with the lake.");
+ABSL_FLAG(int, max_grpc_connections_per_uid, 64,
+          "Open gRPC connections of one uid (each client process holds "
+          "one); the next is refused with a message that names this flag.");
+ABSL_FLAG(int, max_grpc_connections, 1024,
+          "Open gRPC connections in all; the next is refused.");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "Calls (Watch streams, leases, health watches) at once on one gRPC "
+          "connection; with --max_grpc_connections_per_uid it bounds a "
+          "uid's calls.");
+ABSL_FLAG(absl::Duration, grpc_idle_timeout, absl::Minutes(5),
+          "A gRPC connection with no call this long is closed (clients "
+          "reconnect when they next call).");
+ABSL_FLAG(int, fd_limit, 0,
+          "RLIMIT_NOFILE to serve with; 0 raises it to the hard limit.");
 ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
 ABSL_FLAG(std::string, testonly_scrub_gate, "",
           "Tests only: a lease that must zero chunks first waits (at most "
@@ -137,18 +151,21 @@ ABSL_FLAG(std::string, testonly_scrub_gate, "",
 namespace gmlake {
 namespace {
 
-// Raises RLIMIT_NOFILE's soft limit to the hard limit: each client holds a
+// Sets RLIMIT_NOFILE's soft limit to --fd_limit, or else to the hard limit:
+// each client holds a
 // connection, each claim a batch of exports in flight, and without
 // --export_on_demand (or on the host backend, whose chunks are memfds) each
 // chunk a descriptor (70 000 chunks of 2 MiB fill an H200).
-uint64_t RaiseFdLimit() {
+uint64_t SetFdLimit() {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
-  if (r.rlim_cur < r.rlim_max) {
+  if (const int want = absl::GetFlag(FLAGS_fd_limit); want > 0) {
+    r.rlim_cur = std::min<rlim_t>(static_cast<rlim_t>(want), r.rlim_max);
+  } else if (r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
-    ::getrlimit(RLIMIT_NOFILE, &r);
   }
+  ::setrlimit(RLIMIT_NOFILE, &r);
+  ::getrlimit(RLIMIT_NOFILE, &r);
   return r.rlim_cur;
 }
 
@@ -264,7 +281,7 @@ int ServeUntilStopped(Lake* lake, const ServiceNotifier& notifier) {
 
 absl::Status Run(const ServiceNotifier& notifier) {
   SetVerboseLog(absl::GetFlag(FLAGS_verbose));
-  const uint64_t fd_limit = RaiseFdLimit();
+  const uint64_t fd_limit = SetFdLimit();
 
   // --- Backend ---------------------------------------------------------------
   BackendOptions bo;
@@ -457,6 +474,9 @@ absl::Status Run(const ServiceNotifier& notifier) {
                        std::strerror(errno)));
     }
   }
+  // The backend may have raised the limit for its chunks: --fd_limit holds
+  // from here on.
+  if (absl::GetFlag(FLAGS_fd_limit) > 0) SetFdLimit();
   // Refuses to start over a live gmlaked; removes a stale socket file. The
   // daemon accepts this socket's connections itself (GrpcUnixAcceptor, below)
   // to learn who is calling.
@@ -488,12 +508,27 @@ absl::Status Run(const ServiceNotifier& notifier) {
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(8 << 20);
   builder.SetMaxSendMessageSize(8 << 20);
+  // Bounds what one client can make gmlaked hold (with the acceptor's
+  // connection limits, below).
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      std::max(1, absl::GetFlag(FLAGS_max_streams_per_connection)));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grpc_idle_timeout)), 1,
+          INT32_MAX)));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> acceptor =
       server == nullptr
           ? absl::UnavailableError("the gRPC server did not start")
-          : GrpcUnixAcceptor::Start(server.get(), *std::move(grpc_listener),
-                                    &grpc_peers);
+          : GrpcUnixAcceptor::Start(
+                server.get(), *std::move(grpc_listener), &grpc_peers,
+                GrpcAcceptorLimits{
+                    static_cast<size_t>(std::max(
+                        1, absl::GetFlag(FLAGS_max_grpc_connections_per_uid))),
+                    static_cast<size_t>(std::max(
+                        1, absl::GetFlag(FLAGS_max_grpc_connections)))});
   if (!acceptor.ok()) {
     (*fd_server)->Stop();
     ::unlink(grpc_path.c_str());

@@ -24,17 +24,22 @@
 #ifndef GMLAKE_DAEMON_GRPC_PEER_CREDENTIALS_H_
 #define GMLAKE_DAEMON_GRPC_PEER_CREDENTIALS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/fd_passing.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
+#include "daemon/log.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gmlake {
@@ -46,6 +51,12 @@ class GrpcPeerCredentials {
   // Records the credentials of a connection whose descriptor is `fd`,
   // replacing those of an earlier connection that had the same number.
   void Record(int fd, const PeerCredentials& peer);
+  // Connections recorded for `uid` that are still open, and in all. gRPC
+  // closes connections without telling: one is open while its descriptor
+  // number still names the socket recorded (same inode). Records of
+  // closed ones are dropped on the way.
+  size_t OpenConnectionsOf(uid_t uid);
+  size_t OpenConnections();
   // The credentials behind a gRPC peer string ("fd:12"); nullopt for any
   // other peer.
   std::optional<PeerCredentials> Lookup(absl::string_view grpc_peer) const;
@@ -53,8 +64,28 @@ class GrpcPeerCredentials {
   size_t size() const;
 
  private:
+  struct Entry {
+    PeerCredentials peer;
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  // Whether `fd` still is the socket of `e`.
+  static bool StillOpen(int fd, const Entry& e);
+  void ForgetLocked(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable Mutex mu_;
-  absl::flat_hash_map<int, PeerCredentials> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Entry> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uid_t, absl::flat_hash_set<int>> by_uid_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Limits of the gRPC socket, against a client that opens connections
+// without end (each costs gmlaked a descriptor and gRPC's buffers).
+struct GrpcAcceptorLimits {
+  // Open connections of one uid; the next is refused.
+  size_t max_connections_per_uid = 64;
+  // Open connections in all.
+  size_t max_connections = 1024;
 };
 
 // Accepts connections on a listening Unix socket and serves them with a
@@ -64,8 +95,11 @@ class GrpcUnixAcceptor {
  public:
   // Starts the accepting thread. `server` and `peers` must outlive the
   // acceptor; `listener` comes from ListenUnix.
+  // Descriptors sent on the listener's connections are refused by the
+  // kernel (RefuseDescriptors; logged when the kernel cannot).
   static absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> Start(
-      grpc::Server* server, UniqueFd listener, GrpcPeerCredentials* peers);
+      grpc::Server* server, UniqueFd listener, GrpcPeerCredentials* peers,
+      GrpcAcceptorLimits limits = {});
   // Stop().
   ~GrpcUnixAcceptor();
   GrpcUnixAcceptor(const GrpcUnixAcceptor&) = delete;
@@ -75,24 +109,39 @@ class GrpcUnixAcceptor {
   // server) and closes the listening socket. Idempotent.
   void Stop();
 
-  // Connections handed to the server so far.
+  // Connections handed to the server so far, and refused (over a limit,
+  // out of descriptors).
   uint64_t accepted() const;
+  uint64_t refused() const;
 
  private:
   GrpcUnixAcceptor(grpc::Server* server, UniqueFd listener, UniqueFd wake,
-                   GrpcPeerCredentials* peers);
+                   GrpcPeerCredentials* peers, GrpcAcceptorLimits limits);
   void Loop();
   // Accepts every pending connection; false once the listener failed.
   bool AcceptPending();
+  // Why a connection of `peer` is refused, or "" to serve it.
+  std::string OverLimit(const PeerCredentials& peer);
+  // Tells the client why in an HTTP/2 GOAWAY (gRPC shows its text) and
+  // closes the connection.
+  void Refuse(UniqueFd sock, const std::string& why);
+  // At the descriptor limit: refuses one connection with the spare
+  // descriptor; false when accepting should pause.
+  void OutOfDescriptors(int err);
 
   grpc::Server* const server_;
   UniqueFd listener_;
   UniqueFd wake_;  // eventfd: Stop
   GrpcPeerCredentials* const peers_;
+  const GrpcAcceptorLimits limits_;
+  // Owned by the accepting thread.
+  UniqueFd spare_;  // given up at EMFILE to accept and refuse
+  LogRateLimit log_limit_{absl::Seconds(1)};
   std::thread thread_;
   bool stopped_ = false;
   mutable Mutex mu_;
   uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gmlake

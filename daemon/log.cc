@@ -96,4 +96,15 @@ void LogLine(absl::string_view line) { LogLine(LogPriority::kInfo, line); }
 void SetVerboseLog(bool v) { verbose.store(v, std::memory_order_relaxed); }
 bool VerboseLog() { return verbose.load(std::memory_order_relaxed); }
 
+bool LogRateLimit::AllowAt(absl::Time now, uint64_t* left_out) {
+  if (now - last_ < period_) {
+    ++left_out_;
+    return false;
+  }
+  last_ = now;
+  *left_out = left_out_;
+  left_out_ = 0;
+  return true;
+}
+
 }  // namespace gmlake

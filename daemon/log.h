@@ -20,6 +20,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace gmlake {
 
@@ -58,6 +60,24 @@ void SetLogFormat(LogFormat format);
 // sessions, failures and start-up lines always are.
 void SetVerboseLog(bool verbose);
 bool VerboseLog();
+
+// Lets one recurring line through at most once per `period`, so that an
+// event a client can repeat at will (a refused connection, accept failing
+// at the descriptor limit) cannot flood the journal. Not thread-safe: one
+// per thread or per event source.
+class LogRateLimit {
+ public:
+  explicit LogRateLimit(absl::Duration period) : period_(period) {}
+  // True when a line may be logged now; then *left_out is how many were
+  // not since the last one that was.
+  bool Allow(uint64_t* left_out) { return AllowAt(absl::Now(), left_out); }
+  bool AllowAt(absl::Time now, uint64_t* left_out);
+
+ private:
+  const absl::Duration period_;
+  absl::Time last_ = absl::InfinitePast();
+  uint64_t left_out_ = 0;
+};
 
 template <typename... Args>
 void Logf(const absl::FormatSpec<Args...>& format, const Args&... args) {

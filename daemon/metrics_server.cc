@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -57,17 +58,6 @@ absl::Status SplitAddress(absl::string_view address, std::string* host,
 }
 
 // Waits until `fd` is ready for `events` or `deadline` passes.
-bool WaitFor(int fd, short events, absl::Time deadline) {
-  for (;;) {
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(ms));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return false;
-  }
-}
-
 }  // namespace
 
 std::string MetricsServer::Respond(absl::string_view request,
@@ -130,6 +120,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
       last_error = std::strerror(errno);
       continue;
     }
+    // Non-blocking, so that Accept drains the backlog and returns.
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
     server->listener_ = std::move(fd);
     break;
   }
@@ -181,65 +173,107 @@ void MetricsServer::Stop() {
 }
 
 void MetricsServer::Serve() {
+  // Every connection at once, each with its own deadline: a scrape never
+  // waits on another client (a slowloris holds only its own connection).
+  std::vector<Conn> conns;
   for (;;) {
-    pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    const absl::Time now = absl::Now();
+    // Past its deadline: closed unanswered.
+    conns.erase(
+        std::remove_if(conns.begin(), conns.end(),
+                       [&](const Conn& c) { return c.deadline <= now; }),
+        conns.end());
+    absl::Time next = absl::InfiniteFuture();
+    std::vector<pollfd> p = {{listener_.get(), POLLIN, 0},
+                             {wake_read_.get(), POLLIN, 0}};
+    for (const Conn& c : conns) {
+      p.push_back({c.sock.get(),
+                   static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+      next = std::min(next, c.deadline);
+    }
+    const int timeout =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(std::max<int64_t>(
+                  1, absl::ToInt64Milliseconds(next - now) + 1));
+    if (::poll(p.data(), p.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       Errorf("metrics: poll: %s; metrics are no longer served",
              std::strerror(errno));
       return;
     }
     if (p[1].revents != 0) return;
-    if (p[0].revents == 0) continue;
+    // Served in place, then the finished ones dropped.
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (p[i + 2].revents != 0) Advance(&conns[i]);
+    }
+    conns.erase(std::remove_if(conns.begin(), conns.end(),
+                               [](const Conn& c) { return !c.sock.valid(); }),
+                conns.end());
+    if (p[0].revents != 0) Accept(&conns);
+  }
+}
+
+void MetricsServer::Accept(std::vector<Conn>* conns) {
+  for (;;) {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       // Out of descriptors (EMFILE) must not spin: say so and back off.
       if (errno == EMFILE || errno == ENFILE) {
-        Warnf("metrics: cannot accept a scrape: %s", std::strerror(errno));
+        uint64_t left_out = 0;
+        if (accept_log_.Allow(&left_out)) {
+          Warnf(
+              "metrics: cannot accept a scrape: %s (%d lines like this "
+              "left out)",
+              std::strerror(errno), left_out);
+        }
         absl::SleepFor(absl::Milliseconds(100));
       }
-      continue;
+      return;
     }
-    Handle(UniqueFd(fd));
+    if (conns->size() >= options_.max_connections) {
+      // Room for the newcomer at the cost of the oldest: a client that
+      // opens connections without end cannot keep a scrape out.
+      conns->erase(conns->begin());
+    }
+    Conn c;
+    c.sock.Reset(fd);
+    c.deadline = absl::Now() + options_.io_timeout;
+    conns->push_back(std::move(c));
   }
 }
 
-void MetricsServer::Handle(UniqueFd connection) {
-  const absl::Time deadline = absl::Now() + options_.io_timeout;
-  std::string request;
-  char buf[2048];
-  // Read up to the blank line that ends the headers (a GET has no body).
-  while (request.find("\r\n\r\n") == std::string::npos) {
-    if (request.size() > options_.max_request_bytes) {
-      request.clear();  // answered as unreadable
-      break;
-    }
-    if (!WaitFor(connection.get(), POLLIN, deadline)) return;
-    const ssize_t n = ::read(connection.get(), buf, sizeof(buf));
-    if (n == 0) break;
+void MetricsServer::Advance(Conn* c) {
+  if (!c->answering) {
+    char buf[2048];
+    const ssize_t n = ::read(c->sock.get(), buf, sizeof(buf));
     if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno != EINTR && errno != EAGAIN) c->sock.Reset();
       return;
     }
-    request.append(buf, static_cast<size_t>(n));
+    c->request.append(buf, static_cast<size_t>(n));
+    if (c->request.size() > options_.max_request_bytes) {
+      c->request.clear();  // answered as unreadable
+    } else if (n != 0 && c->request.find("\r\n\r\n") == std::string::npos) {
+      return;  // the headers go on (a GET has no body)
+    }
+    c->answer = Respond(c->request, render_);
+    c->answering = true;
   }
-  const std::string answer = Respond(request, render_);
-  size_t sent = 0;
-  while (sent < answer.size()) {
-    const ssize_t n = ::send(connection.get(), answer.data() + sent,
-                             answer.size() - sent, MSG_NOSIGNAL);
+  while (c->sent < c->answer.size()) {
+    const ssize_t n = ::send(c->sock.get(), c->answer.data() + c->sent,
+                             c->answer.size() - c->sent, MSG_NOSIGNAL);
     if (n > 0) {
-      sent += static_cast<size_t>(n);
+      c->sent += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-      if (!WaitFor(connection.get(), POLLOUT, deadline)) return;
-      continue;
-    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    c->sock.Reset();
     return;
   }
-  ::shutdown(connection.get(), SHUT_WR);
+  ::shutdown(c->sock.get(), SHUT_WR);
+  c->sock.Reset();
 }
 
 }  // namespace gmlake

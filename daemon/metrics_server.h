@@ -1,16 +1,17 @@
 // Copyright 2026 The GMLake Authors.
 //
 // MetricsServer: a minimal HTTP/1.x server for Prometheus scrapes
-// (--metrics_address). One thread, one connection at a time, every
-// connection closed after one answer:
+// (--metrics_address). One thread serving every connection at once
+// (poll), every connection closed after one answer:
 //
 //   GET /metrics   200, text/plain; version=0.0.4 (the exposition format)
 //   GET /          200, a line pointing at /metrics
 //   HEAD           the same headers, no body
 //   other paths    404; other methods 405; unreadable requests 400
 //
-// A client gets `io_timeout` to send its request and take the answer, so a
-// stalled or hostile client delays the next scrape by at most that, and
+// A client gets `io_timeout` to send its request and take the answer; a
+// stalled or hostile client holds only its own connection, never delays
+// another's scrape (beyond max_connections, the oldest is dropped), and
 // never touches the lake: rendering (Lake::FillStatus) happens only for a
 // complete GET /metrics. Off by default; bind it to loopback or a
 // monitoring network, it has no authentication.
@@ -22,11 +23,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/unique_fd.h"
+#include "daemon/log.h"
 
 namespace gmlake {
 
@@ -37,6 +40,8 @@ struct MetricsServerOptions {
   absl::Duration io_timeout = absl::Seconds(2);
   // Requests larger than this are refused (400).
   size_t max_request_bytes = 8192;
+  // Connections served at once; a new one beyond them drops the oldest.
+  size_t max_connections = 64;
 };
 
 class MetricsServer {
@@ -66,8 +71,20 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
+  // One connection being served.
+  struct Conn {
+    UniqueFd sock;  // invalid once done
+    absl::Time deadline;
+    std::string request;
+    bool answering = false;
+    std::string answer;
+    size_t sent = 0;
+  };
   void Serve();
-  void Handle(UniqueFd connection);
+  void Accept(std::vector<Conn>* conns);
+  // Reads or sends what the socket allows; closes the connection when done
+  // or failed.
+  void Advance(Conn* c);
 
   MetricsServerOptions options_;
   std::function<std::string()> render_;
@@ -76,6 +93,7 @@ class MetricsServer {
   std::thread thread_;
   int port_ = 0;
   std::string url_;
+  LogRateLimit accept_log_{absl::Seconds(1)};
 };
 
 }  // namespace gmlake

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -146,6 +147,49 @@ TEST(MetricsServer, BadAddressesAreClearErrors) {
       MetricsServer::Start(o, render);
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(second.status().message(), HasSubstr("cannot listen"));
+}
+
+// Clients that send half a request and wait (a slowloris) hold only their
+// own connections: a real scrape is answered while they are still open.
+TEST(MetricsServerSlowloris, AScrapeDoesNotWaitOnOtherClients) {
+  MetricsServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.io_timeout = absl::Seconds(60);  // longer than the scrape may wait
+  absl::StatusOr<std::unique_ptr<MetricsServer>> s =
+      MetricsServer::Start(o, [] { return std::string("gmlake_up 1\n"); });
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<UniqueFd> slow;
+  for (int i = 0; i < 10; ++i) {
+    slow.push_back(Connect((*s)->port()));
+    const std::string half = "GET /metr";
+    ASSERT_EQ(::send(slow.back().get(), half.data(), half.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(half.size()));
+  }
+  EXPECT_THAT(Exchange((*s)->port(), "GET /metrics HTTP/1.1\r\n\r\n"),
+              EndsWith("\r\n\r\ngmlake_up 1\n"));
+  // None of them was answered or closed meanwhile.
+  for (const UniqueFd& fd : slow) {
+    pollfd p{fd.get(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0);
+  }
+  (*s)->Stop();
+}
+
+// Beyond max_connections, a newcomer drops the oldest, so connections
+// opened without end cannot keep a scrape out.
+TEST(MetricsServerSlowloris, TooManyConnectionsDropTheOldest) {
+  MetricsServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.io_timeout = absl::Seconds(60);
+  o.max_connections = 4;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> s =
+      MetricsServer::Start(o, [] { return std::string("gmlake_up 1\n"); });
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<UniqueFd> slow;
+  for (int i = 0; i < 8; ++i) slow.push_back(Connect((*s)->port()));
+  EXPECT_THAT(Exchange((*s)->port(), "GET /metrics HTTP/1.1\r\n\r\n"),
+              EndsWith("\r\n\r\ngmlake_up 1\n"));
+  (*s)->Stop();
 }
 
 }  // namespace

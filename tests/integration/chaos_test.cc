@@ -7,8 +7,10 @@
 // pressure never stops. Meanwhile a
 // driver loop kills random clients with -9 (starting others in their place),
 // kills gmlaked with -9 and starts it again twice (the clients reconnect
-// and are adopted), sends garbage to both sockets, and opens sessions it
-// drops; and a lying session (issue 20 §D: it holds one chunk, reports
+// and are adopted), sends garbage to both sockets, opens sessions it
+// drops, sends descriptors whose close blocks (a lingering TCP socket) to
+// both sockets and floods the gRPC socket past its per-uid connection
+// limit; and a lying session (issue 20 §D: it holds one chunk, reports
 // 1 TiB cached and answers pressure at once with nothing, or never; a new
 // one after each restart, the two ways in turn) sits among the clients.
 // At the end, asserted:
@@ -110,6 +112,7 @@ struct Client {
 struct Tally {
   int kills = 0, restarts = 0, started = 0;
   int garbage_fd = 0, garbage_grpc = 0, sessions_dropped = 0, liars = 0;
+  int lingering_sent = 0, connection_floods = 0;
   uint64_t leases = 0, pressure_rounds = 0, zeroed_bytes = 0;
   absl::Duration slowest_kill_back;
 };
@@ -282,6 +285,42 @@ class Chaos : public ::testing::Test {
     }
   }
 
+  // A descriptor whose last close blocks for a few seconds, sent on both
+  // sockets (issue 20 A): gmlaked must neither wait on it nor leak it.
+  void SendLingeringDescriptor() {
+    LingeringSocket l = MakeLingeringSocket(3);
+    if (absl::StatusOr<UniqueFd> fd = ConnectUnix(daemon_->fd_socket());
+        fd.ok()) {
+      // A frame of junk carrying it, or half a frame that stalls.
+      const uint32_t header[3] = {kFdFrameMagic, 64, 1};
+      SendWithFd(fd->get(),
+                 std::string(reinterpret_cast<const char*>(header),
+                             rng_() % 2 == 0 ? sizeof(header) : 4),
+                 l.sock.get());
+    }
+    if (absl::StatusOr<UniqueFd> g = ConnectUnix(daemon_->socket()); g.ok()) {
+      SendWithFd(g->get(), "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+                 l.sock.get());  // refused by the kernel
+    }
+    // Ours closes without the wait; gmlaked's copies are its own.
+    const linger off{0, 0};
+    ::setsockopt(l.sock.get(), SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+    lingering_.push_back(std::move(l));  // the peers stay open a while
+    if (lingering_.size() > 8) lingering_.erase(lingering_.begin());
+    ++tally_.lingering_sent;
+  }
+
+  // More gRPC connections than --max_grpc_connections_per_uid, held for a
+  // moment (issue 20 C): the excess is refused, the clients go on.
+  void FloodConnections() {
+    flood_.clear();
+    for (int i = 0; i < 48; ++i) {
+      absl::StatusOr<UniqueFd> g = ConnectUnix(daemon_->socket());
+      if (g.ok()) flood_.push_back(*std::move(g));
+    }
+    ++tally_.connection_floods;
+  }
+
   void OpenAndDropSession() {
     v1::OpenSessionRequest req;
     req.set_pid(::getpid());
@@ -356,6 +395,8 @@ class Chaos : public ::testing::Test {
   std::vector<Client> killed_;
   std::unique_ptr<ClientProcess> liar_;
   std::vector<std::string> records_;
+  std::vector<LingeringSocket> lingering_;
+  std::vector<UniqueFd> flood_;
   Tally tally_;
 };
 
@@ -374,7 +415,10 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
       kChunk;  // the liar's
   absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
       {absl::StrCat("--capacity=", capacity), "--reclaim_timeout=5s",
-       "--bind_timeout=2s", "--release_idle=0"});
+       "--bind_timeout=2s", "--release_idle=0",
+       // The driver (root) floods beyond it; the clients (a connection
+       // each, at other uids) stay below.
+       "--max_grpc_connections_per_uid=32"});
   ASSERT_TRUE(d.ok()) << d.status();
   daemon_ = *std::move(d);
   const int baseline_fds = OpenDescriptors(daemon_->pid());
@@ -401,8 +445,13 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
     if (::testing::Test::HasFatalFailure()) return;
     SendGarbage();
     if (rng_() % 3 == 0) OpenAndDropSession();
+    if (rng_() % 20 == 0) SendLingeringDescriptor();
+    if (rng_() % 40 == 0) FloodConnections();
+    if (rng_() % 10 == 0) flood_.clear();
     absl::SleepFor(absl::Milliseconds(50));
   }
+  flood_.clear();
+  lingering_.clear();
   Count();
 
   // Every client not killed finishes its slice.
@@ -448,6 +497,10 @@ TEST_F(Chaos, KillsRestartsGarbageAndDroppedSessionsUnderConstantPressure) {
   std::printf("  %-40s %s\n", "what it did", "");
   std::printf("  %-40s %d\n", "clients started", tally_.started);
   std::printf("  %-40s %d\n", "clients killed (-9)", tally_.kills);
+  std::printf("  %-40s %d\n", "lingering descriptors sent",
+              tally_.lingering_sent);
+  std::printf("  %-40s %d\n", "gRPC connection floods",
+              tally_.connection_floods);
   std::printf("  %-40s %d\n", "gmlaked killed (-9) and restarted",
               tally_.restarts);
   std::printf("  %-40s %d fd socket, %d gRPC socket\n", "garbage sent",

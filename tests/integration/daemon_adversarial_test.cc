@@ -630,7 +630,10 @@ TEST_F(Adversarial, AClientKilledWhileItsLeaseWaitsLosesNothing) {
 
 TEST_F(Adversarial, ThousandsOfSessions) {
   // All of this test's sessions are root's.
-  StartWith({"--capacity=1GiB", "--max_sessions_per_uid=4096"});
+  StartWith({"--capacity=1GiB", "--max_sessions_per_uid=4096",
+             // One process, thousands of Watch streams on one connection.
+             "--max_streams_per_connection=4096",
+             "--max_grpc_connections_per_uid=4096"});
   rlimit rl;
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
   rl.rlim_cur = rl.rlim_max;

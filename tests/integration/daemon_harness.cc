@@ -3,8 +3,10 @@
 #include "tests/integration/daemon_harness.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -409,6 +411,47 @@ absl::StatusOr<std::string> ClientProcess::Receive(absl::Duration timeout) {
   absl::StatusOr<std::string> answer = ReadLine(timeout);
   if (!answer.ok()) return answer.status();
   return ParseAnswer(*answer);
+}
+
+LingeringSocket MakeLingeringSocket(int linger_seconds) {
+  LingeringSocket l;
+  l.listener.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int small = 4096;
+  ::setsockopt(l.listener.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(l.listener.get(), reinterpret_cast<sockaddr*>(&a), len);
+  ::listen(l.listener.get(), 1);
+  ::getsockname(l.listener.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  l.sock.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ::setsockopt(l.sock.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  ::connect(l.sock.get(), reinterpret_cast<sockaddr*>(&a), len);
+  l.peer.Reset(::accept4(l.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  const linger lg{1, linger_seconds};
+  ::setsockopt(l.sock.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  std::string junk(1 << 16, 'x');
+  while (::send(l.sock.get(), junk.data(), junk.size(),
+                MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+  }
+  return l;
+}
+
+int SendWithFd(int sock, const std::string& bytes, int fd) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? errno : 0;
 }
 
 }  // namespace testing

@@ -127,6 +127,17 @@ absl::StatusOr<CommandResult> RunCommand(
     const std::vector<std::string>& argv,
     absl::Duration timeout = absl::Seconds(20));
 
+// A TCP socket on loopback whose last close waits `linger_seconds`
+// (SO_LINGER set, its send queue full, its peer, kept here, never reads):
+// a descriptor a hostile client passes to make its closer block.
+struct LingeringSocket {
+  UniqueFd listener, peer, sock;
+};
+LingeringSocket MakeLingeringSocket(int linger_seconds);
+
+// Sends `bytes` with `fd` attached (SCM_RIGHTS); the errno, or 0.
+int SendWithFd(int sock, const std::string& bytes, int fd);
+
 // Parses "err CODE message" / "ok rest" lines.
 absl::StatusOr<std::string> ParseAnswer(const std::string& line);
 

@@ -1,0 +1,455 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Hostile clients of gmlaked (issue 20), each confirmed against an earlier
+// daemon: a descriptor whose close blocks (a TCP socket with SO_LINGER, a
+// full send queue and a peer that never reads) sent on either socket; a
+// flood that takes gmlaked to its descriptor limit; and floods of gRPC
+// connections and calls. While each runs, a client at another uid opens a
+// session, leases, claims and asks for health, and SIGTERM still ends the
+// daemon at once. Real daemon, real client processes and real sockets.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/fd_passing.h"
+#include "common/unique_fd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/gmlake.pb.h"
+#include "proto/health.grpc.pb.h"
+#include "proto/protocol.h"
+#include "tests/integration/daemon_harness.h"
+
+namespace gmlake {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// How long the lingering descriptor blocks whoever closes it last.
+constexpr int kLingerSeconds = 8;
+// The issue asks for 1 s; a busy machine of two cores gets twice that,
+// still far below the linger.
+constexpr absl::Duration kServed = absl::Seconds(2);
+
+// The header of a framed message (common/fd_passing.h) announcing
+// `payload` bytes and one descriptor.
+std::string FrameHeaderBytes(uint32_t payload) {
+  const uint32_t fields[3] = {kFdFrameMagic, payload, 1};
+  return std::string(reinterpret_cast<const char*>(fields), sizeof(fields));
+}
+
+class Hostile : public ::testing::Test {
+ protected:
+  void StartDaemon(const std::vector<std::string>& flags) {
+    absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(flags);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+  }
+
+  // A session of this process, bound on a new fd-socket connection.
+  UniqueFd BoundFdConnection(uint64_t* session, std::string* token) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::OpenSessionRequest req;
+    req.set_pid(::getpid());
+    req.set_name("hostile");
+    req.set_protocol_version(ProtocolVersion());
+    v1::OpenSessionResponse resp;
+    EXPECT_TRUE(daemon_->stub()->OpenSession(&ctx, req, &resp).ok());
+    *session = resp.session_id();
+    *token = resp.token();
+    absl::StatusOr<UniqueFd> fd = ConnectUnix(daemon_->fd_socket());
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    if (!fd.ok()) return UniqueFd();
+    v1::FdRequest bind;
+    bind.set_session_id(*session);
+    bind.set_token(*token);
+    bind.mutable_bind();
+    EXPECT_TRUE(SendFds(fd->get(), bind.SerializeAsString(), {}).ok());
+    EXPECT_EQ(ReadReply(fd->get()).code(), 0);
+    return *std::move(fd);
+  }
+
+  static v1::FdReply ReadReply(int sock) {
+    const timeval tv{20, 0};
+    ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    v1::FdReply reply;
+    absl::StatusOr<ReceivedMessage> m = RecvFds(sock, 1 << 20, 0);
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) reply.ParseFromString(m->payload);
+    return reply;
+  }
+
+  // Another uid opens a session, leases and claims, returns, and asks for
+  // health: each within kServed.
+  void ExpectServedMeanwhile(int uid) {
+    absl::Time start = absl::Now();
+    absl::StatusOr<std::unique_ptr<ClientProcess>> c =
+        ClientProcess::StartBinary("tests/integration/raw_client",
+                                   daemon_->socket(),
+                                   {absl::StrCat("--uid=", uid), "--name=v"});
+    ASSERT_TRUE(c.ok()) << c.status() << "\n" << daemon_->Log();
+    // The process start is not the daemon's: timed from here on.
+    start = absl::Now();
+    absl::StatusOr<std::string> got = (*c)->Command("lease 0 1", kServed);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << daemon_->Log();
+    const std::vector<std::string> words = absl::StrSplit(*got, ' ');
+    ASSERT_EQ(words.size(), 2u) << *got;
+    ASSERT_TRUE((*c)->Command("return " + words[1], kServed).ok());
+    EXPECT_LT(absl::Now() - start, kServed);
+    start = absl::Now();
+    absl::StatusOr<CommandResult> health =
+        RunCommand({RunfilePath("tools/gmlakectl"),
+                    "--socket=" + daemon_->socket(), "health"},
+                   kPatience);
+    ASSERT_TRUE(health.ok()) << health.status();
+    EXPECT_EQ(health->exit_code, 0) << health->out << health->err;
+    EXPECT_LT(absl::Now() - start, kServed + absl::Seconds(1))
+        << "gmlakectl health";
+    (*c)->Kill(SIGKILL);
+  }
+
+  void ExpectQuickSigterm() {
+    absl::StatusOr<int> code = daemon_->Stop(SIGTERM, absl::Seconds(2));
+    EXPECT_TRUE(code.ok()) << "SIGTERM did not end gmlaked within 2 s: "
+                           << code.status() << "\n"
+                           << daemon_->Log();
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+};
+
+// A lingering socket sent with an adopt request, with a claim request, and
+// left unread in a half-sent message: the fd thread used to close each
+// itself and stop serving everyone for the linger.
+TEST_F(Hostile, ALingeringDescriptorOnTheFdSocketBlocksNobody) {
+  StartDaemon({"--capacity=16MiB", "--precreate=16MiB"});
+  uint64_t session = 0;
+  std::string token;
+  UniqueFd conn = BoundFdConnection(&session, &token);
+  ASSERT_TRUE(conn.valid());
+  std::vector<LingeringSocket> lingering;
+
+  // With an adopt request: refused, as a socket is no chunk.
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
+  v1::FdRequest adopt;
+  adopt.set_session_id(session);
+  adopt.set_token(token);
+  adopt.mutable_adopt()->set_device(0);
+  adopt.mutable_adopt()->add_previous_chunk_ids(1);
+  adopt.mutable_adopt()->add_chunk_bytes(2 << 20);
+  std::vector<int> one = {lingering.back().sock.get()};
+  ASSERT_OK(SendFds(conn.get(), adopt.SerializeAsString(), one));
+  lingering.back().sock.Reset();  // gmlaked holds the last reference
+  const v1::FdReply refused = ReadReply(conn.get());
+  EXPECT_EQ(refused.code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("a socket cannot stand for a chunk"));
+  ExpectServedMeanwhile(2000);
+
+  // With a claim request.
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
+  v1::FdRequest claim;
+  claim.set_session_id(session);
+  claim.set_token(token);
+  claim.mutable_claim()->set_lease_id(12345);
+  one = {lingering.back().sock.get()};
+  ASSERT_OK(SendFds(conn.get(), claim.SerializeAsString(), one));
+  lingering.back().sock.Reset();
+  EXPECT_THAT(ReadReply(conn.get()).message(),
+              HasSubstr("descriptors only with an adopt request"));
+  ExpectServedMeanwhile(2001);
+
+  // Half a message, its descriptor with the header: the connection is
+  // dropped after --partial_timeout, its unread descriptor with it.
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
+  absl::StatusOr<UniqueFd> half = ConnectUnix(daemon_->fd_socket());
+  ASSERT_OK(half);
+  ASSERT_EQ(SendWithFd(half->get(), FrameHeaderBytes(100),
+                       lingering.back().sock.get()),
+            0);
+  lingering.back().sock.Reset();
+  char c;
+  const timeval tv{30, 0};
+  ::setsockopt(half->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  // Dropped: EOF, or ECONNRESET as the daemon's end had unread bytes.
+  const ssize_t got = ::read(half->get(), &c, 1);
+  EXPECT_TRUE(got == 0 || (got < 0 && errno == ECONNRESET))
+      << got << " " << std::strerror(errno);
+  ExpectServedMeanwhile(2002);
+
+  // And one left in a half-sent message at SIGTERM.
+  lingering.push_back(MakeLingeringSocket(kLingerSeconds));
+  absl::StatusOr<UniqueFd> last = ConnectUnix(daemon_->fd_socket());
+  ASSERT_OK(last);
+  ASSERT_EQ(SendWithFd(last->get(), FrameHeaderBytes(100),
+                       lingering.back().sock.get()),
+            0);
+  lingering.back().sock.Reset();
+  absl::SleepFor(absl::Milliseconds(300));  // accepted meanwhile
+  ExpectQuickSigterm();
+}
+
+// The same descriptor sent on the gRPC socket: gRPC used to close it in
+// the acceptor, and no session opened. The kernel now refuses it
+// (SO_PASSRIGHTS).
+TEST_F(Hostile, ALingeringDescriptorOnTheGrpcSocketBlocksNobody) {
+  StartDaemon({"--capacity=16MiB", "--precreate=16MiB"});
+  std::vector<LingeringSocket> lingering;
+  std::vector<UniqueFd> conns;
+  for (const std::string& bytes :
+       {std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), std::string("x")}) {
+    lingering.push_back(MakeLingeringSocket(kLingerSeconds));
+    absl::StatusOr<UniqueFd> c = ConnectUnix(daemon_->socket());
+    ASSERT_OK(c);
+    const int err = SendWithFd(c->get(), bytes, lingering.back().sock.get());
+    EXPECT_EQ(err, EPERM) << "the gRPC socket took a descriptor";
+    if (err != 0) {
+      // Still ours alone: closed without the wait.
+      const linger off{0, 0};
+      ::setsockopt(lingering.back().sock.get(), SOL_SOCKET, SO_LINGER, &off,
+                   sizeof(off));
+    }
+    lingering.back().sock.Reset();
+    conns.push_back(*std::move(c));
+  }
+  ExpectServedMeanwhile(2000);
+  ExpectQuickSigterm();
+}
+
+// At gmlaked's descriptor limit, the fd socket's accept used to fail with
+// EMFILE at once, again and again (1.7M log lines in 10 s). Now it refuses
+// the newcomer with the spare descriptor, backs off and logs a line a
+// second; once the flood ends, service resumes.
+TEST_F(Hostile, OutOfDescriptorsTheFdSocketBacksOff) {
+  StartDaemon({"--capacity=16MiB", "--precreate=16MiB", "--fd_limit=96",
+               "--bind_timeout=120s"});
+  std::vector<UniqueFd> flood;
+  // Connections are taken until the limit; the rest wait in the backlog or
+  // are refused.
+  for (int i = 0; i < 160; ++i) {
+    absl::StatusOr<UniqueFd> c = ConnectUnix(daemon_->fd_socket());
+    if (c.ok()) flood.push_back(*std::move(c));
+  }
+  auto lines = [](const std::string& log) {
+    return std::count(log.begin(), log.end(), '\n');
+  };
+  const size_t lines_before = lines(daemon_->Log());
+  absl::SleepFor(absl::Seconds(2));
+  const std::string log = daemon_->Log();
+  const size_t lines_after = lines(log);
+  EXPECT_LT(lines_after - lines_before, 20u) << log.substr(0, 4000);
+  EXPECT_THAT(log, HasSubstr("fd socket: accept: Too many open files"));
+  // A refused one was told why.
+  bool told = false;
+  for (auto it = flood.rbegin(); it != flood.rend() && !told; ++it) {
+    pollfd p{it->get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) continue;
+    absl::StatusOr<ReceivedMessage> m = RecvFds(it->get(), 1 << 16, 0);
+    v1::FdReply reply;
+    if (m.ok() && reply.ParseFromString(m->payload)) {
+      told = absl::StrContains(reply.message(), "out of descriptors");
+    }
+  }
+  EXPECT_TRUE(told) << "no refused connection read why";
+  flood.clear();
+  // Service resumes once the flood is gone.
+  ExpectServedMeanwhile(2000);
+  ExpectQuickSigterm();
+}
+
+// Forks a process at `uid` that opens `n` connections to `path`; returns
+// how many stayed open a moment later, and in *said what the first one
+// closed by the daemon had read.
+struct Flood {
+  pid_t pid = -1;
+  UniqueFd report;  // from the child: "<open> <text of a refused one>"
+  UniqueFd hold;    // closing it ends the child
+};
+
+Flood StartFlood(int uid, const std::string& path, int n) {
+  int report[2], hold[2];
+  EXPECT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(hold, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(report[0]);
+    ::close(hold[1]);
+    if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(3);
+    static int fds[4096];
+    int opened = 0;
+    for (int i = 0; i < n && i < 4096; ++i) {
+      absl::StatusOr<UniqueFd> c = ConnectUnix(path);
+      if (!c.ok()) continue;
+      // A client's HTTP/2 preface and SETTINGS: a connection gRPC keeps.
+      static const char kPreface[] =
+          "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+      [[maybe_unused]] ssize_t w =
+          ::send(c->get(), kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL);
+      fds[opened++] = c->Release();
+    }
+    // A moment for the daemon to refuse some; then count the open ones.
+    ::usleep(1500000);
+    // Open: what gRPC sent, then nothing yet; refused: then EOF.
+    int open = 0;
+    char said[600] = {0};
+    for (int i = 0; i < opened; ++i) {
+      char buf[600];
+      size_t got = 0;
+      ssize_t r;
+      while ((r = ::recv(fds[i], buf + got, sizeof(buf) - 1 - got,
+                         MSG_DONTWAIT)) > 0) {
+        got += static_cast<size_t>(r);
+        if (got == sizeof(buf) - 1) got = 0;  // keeps the tail
+      }
+      if (r < 0 && errno == EAGAIN) {
+        ++open;
+        continue;
+      }
+      if (said[0] == 0) {
+        for (size_t k = 0; k < got; ++k) {
+          said[k] = buf[k] < 32 || buf[k] > 126 ? '.' : buf[k];
+        }
+      }
+    }
+    char line[700];
+    const int len = std::snprintf(line, sizeof(line), "%d %s\n", open, said);
+    [[maybe_unused]] ssize_t w = ::write(report[1], line, len);
+    char c;
+    [[maybe_unused]] ssize_t r = ::read(hold[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  ::close(hold[0]);
+  Flood f;
+  f.pid = pid;
+  f.report.Reset(report[0]);
+  f.hold.Reset(hold[1]);
+  return f;
+}
+
+std::string ReadReport(Flood* f) {
+  std::string out;
+  char buf[1024];
+  for (;;) {
+    pollfd p{f->report.get(), POLLIN, 0};
+    if (::poll(&p, 1, 30000) <= 0) break;
+    const ssize_t n = ::read(f->report.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    out.append(buf, n);
+    if (out.back() == '\n') break;
+  }
+  return out;
+}
+
+void EndFlood(Flood* f) {
+  f->hold.Reset();
+  int status;
+  ::waitpid(f->pid, &status, 0);
+}
+
+// One uid used to hold 19,790 idle gRPC connections, until no session
+// opened for anyone. Connections beyond --max_grpc_connections_per_uid are
+// refused, with a GOAWAY that names the limit.
+TEST_F(Hostile, GrpcConnectionsPerUidAreCapped) {
+  StartDaemon({"--capacity=16MiB", "--precreate=16MiB",
+               "--max_grpc_connections_per_uid=16"});
+  Flood f = StartFlood(65534, daemon_->socket(), 200);
+  const std::string report = ReadReport(&f);
+  int open = -1;
+  ASSERT_TRUE(absl::SimpleAtoi(report.substr(0, report.find(' ')), &open))
+      << report;
+  EXPECT_EQ(open, 16) << report;
+  EXPECT_THAT(report, HasSubstr("uid 65534 has 16 gRPC connections"));
+  EXPECT_THAT(report, HasSubstr("--max_grpc_connections_per_uid"));
+  ExpectServedMeanwhile(2000);
+  EndFlood(&f);
+  ExpectQuickSigterm();
+}
+
+// Connections that never call are closed after --grpc_idle_timeout.
+TEST_F(Hostile, IdleGrpcConnectionsAreClosed) {
+  StartDaemon({"--capacity=16MiB", "--grpc_idle_timeout=500ms"});
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<UniqueFd> c = ConnectUnix(daemon_->socket());
+    ASSERT_OK(c);
+    idle.push_back(*std::move(c));
+  }
+  for (const UniqueFd& c : idle) {
+    // Whatever gRPC sent (its SETTINGS, a GOAWAY), then EOF.
+    const timeval tv{30, 0};
+    ::setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(c.get(), buf, sizeof(buf))) > 0) {
+    }
+    EXPECT_EQ(n, 0) << std::strerror(errno);
+  }
+  ExpectQuickSigterm();
+}
+
+// 20,000 health Watch streams on few connections used to grow gmlaked
+// without bound: a connection carries --max_streams_per_connection calls
+// at once; the rest wait in the client.
+TEST_F(Hostile, CallsPerConnectionAreCapped) {
+  StartDaemon({"--capacity=16MiB", "--max_streams_per_connection=4"});
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      "unix:" + daemon_->socket(), grpc::InsecureChannelCredentials());
+  std::unique_ptr<grpc::health::v1::Health::Stub> health =
+      grpc::health::v1::Health::NewStub(channel);
+  constexpr int kStreams = 12;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctx;
+  std::vector<std::unique_ptr<
+      grpc::ClientReader<grpc::health::v1::HealthCheckResponse>>>
+      streams;
+  grpc::health::v1::HealthCheckRequest req;
+  for (int i = 0; i < kStreams; ++i) {
+    ctx.push_back(std::make_unique<grpc::ClientContext>());
+  }
+  streams.resize(kStreams);
+  // A call the connection has no room for waits in the client (starting it
+  // blocks): one thread each.
+  int answered = 0;
+  std::vector<std::thread> readers;
+  std::atomic<int> got{0};
+  for (int i = 0; i < kStreams; ++i) {
+    readers.emplace_back([&, i] {
+      streams[i] = health->Watch(ctx[i].get(), req);
+      grpc::health::v1::HealthCheckResponse r;
+      if (streams[i]->Read(&r)) ++got;
+      streams[i]->Finish().IgnoreError();
+    });
+  }
+  absl::SleepFor(absl::Seconds(2));
+  answered = got.load();
+  EXPECT_EQ(answered, 4);
+  for (auto& c : ctx) c->TryCancel();
+  for (std::thread& t : readers) t.join();
+  ExpectServedMeanwhile(2000);
+  ExpectQuickSigterm();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace gmlake
