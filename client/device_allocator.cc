@@ -1292,6 +1292,8 @@ uint64_t DeviceAllocator::EmptyCache() {
 }
 
 uint64_t DeviceAllocator::ReleaseFree(uint64_t bytes, WaitCounter counter) {
+  // Releasing waits for every stream: never while a capture is under way.
+  if (capturing()) return 0;
   // Everything free becomes whole chunks in free blocks or the cache: held
   // back blocks come back, blocks of different streams sharing a chunk
   // merge, and dormant views (a stitch's old pages) are unmapped, so a
