@@ -206,4 +206,9 @@ absl::Status Allocator::CheckInvariants() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<DeviceAllocator*> Allocator::device(int device) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  return devices_[device].get();
+}
+
 }  // namespace gmlake

@@ -70,6 +70,9 @@ class Allocator {
   absl::Status CheckInvariants() const;
 
   ChunkSource* source() { return source_; }
+  // The allocator of one device (its private pools: device_allocator.h);
+  // InvalidArgument for a device that does not exist.
+  absl::StatusOr<DeviceAllocator*> device(int device);
   int device_count() const { return static_cast<int>(devices_.size()); }
 
  private:

@@ -49,6 +49,41 @@ TEST(CApiTest, MallocFreeStatsAndErrors) {
             std::string::npos);
 }
 
+int OnlyStream7(void* ctx, uint64_t stream) {
+  ++*static_cast<int*>(ctx);
+  return stream == 7;
+}
+
+TEST(CApiTest, PrivatePoolsRouteReleaseAndReturnMemory) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 1), 0) << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 1), 0);  // shared
+  int asked = 0;
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 0, 1, OnlyStream7, &asked), 0);
+  void* in_pool = gmlake_malloc(6 << 20, 0, 7);
+  void* outside = gmlake_malloc(6 << 20, 0, 8);
+  ASSERT_NE(in_pool, nullptr) << gmlake_last_error();
+  ASSERT_NE(outside, nullptr) << gmlake_last_error();
+  EXPECT_GE(asked, 2);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 0, 1), 0);
+  void* live[4] = {};
+  ASSERT_EQ(gmlake_pool_live(0, 0, 1, live, 4), 1);
+  EXPECT_EQ(live[0], in_pool);
+  EXPECT_EQ(gmlake_free(in_pool), 0);
+  EXPECT_EQ(gmlake_free(outside), 0);
+  // Freed pool memory is not reused on stream 7 outside the capture.
+  void* again = gmlake_malloc(6 << 20, 0, 7);
+  EXPECT_NE(again, in_pool);
+  EXPECT_EQ(gmlake_free(again), 0);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 1), 0);  // one graph still holds it
+  EXPECT_GE(gmlake_pool_release(0, 0, 1), int64_t{6} << 20);
+  EXPECT_EQ(gmlake_pool_live(0, 0, 1, live, 4), 0);
+  EXPECT_EQ(gmlake_pool_create_or_incref(9, 0, 1), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("9"), std::string::npos);
+  gmlake_shutdown();
+}
+
 TEST(CApiTest, TorchSignaturesAndCapacity) {
   ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,capacity:8MiB"),
             0)

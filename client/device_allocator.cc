@@ -59,15 +59,21 @@ DeviceAllocator::~DeviceAllocator() {
   for (EventHandle e : idle_events_) backend_->DestroyEvent(e).IgnoreError();
 }
 
-Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small) {
+Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small,
+                               uint32_t mempool) {
   Pool*& last = last_pool_[small];
-  if (last != nullptr && last->stream == stream) return last;
+  if (last != nullptr && last->stream == stream && last->mempool == mempool) {
+    return last;
+  }
   for (auto& p : pools_) {
-    if (p->stream == stream && p->small == small) return last = p.get();
+    if (p->stream == stream && p->small == small && p->mempool == mempool) {
+      return last = p.get();
+    }
   }
   pools_.push_back(std::make_unique<Pool>());
   pools_.back()->stream = stream;
   pools_.back()->small = small;
+  pools_.back()->mempool = mempool;
   pools_.back()->free.CountInto(&stats_.inactive_split, small);
   return last = pools_.back().get();
 }
@@ -80,15 +86,18 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   const size_t rounded = RoundUp(size, kRound);
   TraceRecorder::CallScope call(&trace_);
   MutexLock lock(&mu_);
-  if (!pending_.empty()) ProcessPending();
-  Pool* pool = GetPool(stream, rounded <= options_.small_size);
+  // Querying events is illegal while a stream is captured.
+  if (!pending_.empty() && !capturing()) ProcessPending();
+  Pool* pool =
+      GetPool(stream, rounded <= options_.small_size, mempools_.Route(stream));
   Block* b = pool->free.Find(rounded);
   if (b != nullptr) {
     pool->free.Remove(b);
   } else {
     absl::StatusOr<Block*> grown = Grow(pool, rounded);
-    for (int round = 0;
-         round < 3 && !grown.ok() && absl::IsResourceExhausted(grown.status());
+    // The retries wait for every stream: not while a capture is under way.
+    for (int round = 0; round < 3 && !capturing() && !grown.ok() &&
+                        absl::IsResourceExhausted(grown.status());
          ++round) {
       // Before failing, get back what is free but not usable yet and try
       // again: memory other threads' slow paths hold in flight, memory held
@@ -195,39 +204,51 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
       std::vector<StreamHandle> streams = std::move(o->second);
       other_streams_.erase(o);
       b->state = BlockState::kPending;
-      Pending pending{b, TakeIdleEvents(streams.size())};
-      mu_.Unlock();
-      absl::Status recorded;
-      for (size_t i = 0; i < streams.size() && recorded.ok(); ++i) {
-        if (i == pending.events.size()) {
-          absl::StatusOr<EventHandle> e = backend_->CreateEvent(device_);
-          if (!e.ok()) {
-            recorded = e.status();
-            break;
-          }
-          pending.events.push_back(*e);
-        }
-        recorded = backend_->RecordEvent(pending.events[i], streams[i]);
-      }
-      mu_.Lock();
-      if (recorded.ok()) {
-        pending_.push_back(std::move(pending));
+      if (capturing()) {
+        // No event may be recorded now (PyTorch defers these too).
+        deferred_.push_back({b, std::move(streams)});
         return absl::OkStatus();
       }
-      // No event to wait on: wait for every stream now instead, so the
-      // block is never lost nor reused too early.
-      idle_events_.insert(idle_events_.end(), pending.events.begin(),
-                          pending.events.end());
-      absl::Status settled = SettleAll(&AllocatorStats::host_waits);
-      MakeReusable(b);
-      return settled;
+      return FreeAfterStreams(b, std::move(streams));
     }
   }
   MakeReusable(b);
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllocator::FreeAfterStreams(
+    Block* b, std::vector<StreamHandle> streams) {
+  Pending pending{b, TakeIdleEvents(streams.size())};
+  mu_.Unlock();
+  absl::Status recorded;
+  for (size_t i = 0; i < streams.size() && recorded.ok(); ++i) {
+    if (i == pending.events.size()) {
+      absl::StatusOr<EventHandle> e = backend_->CreateEvent(device_);
+      if (!e.ok()) {
+        recorded = e.status();
+        break;
+      }
+      pending.events.push_back(*e);
+    }
+    recorded = backend_->RecordEvent(pending.events[i], streams[i]);
+  }
+  mu_.Lock();
+  if (recorded.ok()) {
+    pending_.push_back(std::move(pending));
+    return absl::OkStatus();
+  }
+  // No event to wait on: wait for every stream now instead, so the
+  // block is never lost nor reused too early.
+  idle_events_.insert(idle_events_.end(), pending.events.begin(),
+                      pending.events.end());
+  absl::Status settled = SettleAll(&AllocatorStats::host_waits);
+  MakeReusable(b);
+  return settled;
+}
+
 void DeviceAllocator::MakeReusable(Block* b) {
+  // A released pool's block joins its stream's default memory.
+  if (b->pool->retired) b->pool = GetPool(b->pool->stream, b->pool->small, 0);
   b->free_seq = ++free_seq_;
   const bool small = b->pool->small;
   stats_.active_bytes.Add(-static_cast<int64_t>(b->size), small);
@@ -417,8 +438,8 @@ void DeviceAllocator::MergeSettledNeighbours() {
         for (Block* b = seg->head; b != nullptr && b->next != nullptr;) {
           Block* n = b->next;
           if (b->state != BlockState::kFree || n->state != BlockState::kFree ||
-              b->pool == n->pool || b->free_seq > settled_seq_ ||
-              n->free_seq > settled_seq_) {
+              b->pool == n->pool || b->pool->mempool != n->pool->mempool ||
+              b->free_seq > settled_seq_ || n->free_seq > settled_seq_) {
             b = n;
             continue;
           }
@@ -560,6 +581,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   // Where each whole free chunk is in use now (mapped in a free block).
   absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
   for (auto& p : pools_) {
+    if (p->mempool != 0) continue;  // a private pool's memory stays there
     p->free.ForEach([&](Block* b) {
       mu_.AssertHeld();  // held by our caller; tells the lock checker
       Arena* a = b->segment->arena;
@@ -712,7 +734,10 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
 
 Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
   for (auto& other : pools_) {
-    if (other.get() == pool || other->small != pool->small) continue;
+    if (other.get() == pool || other->small != pool->small ||
+        other->mempool != pool->mempool) {
+      continue;
+    }
     Block* b = other->free.Find(size);
     if (b == nullptr) continue;
     other->free.Remove(b);
@@ -831,12 +856,17 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
 
 absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   // Another thread can leave the books other than planned while the lock
-  // is down (it never takes what is in flight); then plan again.
-  UnmapDormant(/*settled=*/false);
+  // is down (it never takes what is in flight); then plan again. While a
+  // stream is captured only memory mapped anew or cached serves: taking
+  // from other streams, reactivating and stitching record events.
+  const bool capture = capturing();
+  if (!capture) UnmapDormant(/*settled=*/false);
   bool lake_refused = false;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    if (Block* b = TakeFromOtherStream(pool, size)) return b;
-    if (options_.stitch) {
+    if (!capture) {
+      if (Block* b = TakeFromOtherStream(pool, size)) return b;
+    }
+    if (options_.stitch && !capture) {
       if (Block* b = Reactivate(pool, size)) return b;
     }
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
@@ -861,7 +891,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
                           static_cast<uint64_t>(stats_.reserved_bytes.current),
                           uint64_t{plan->pages - have} * page_size_,
                           allocated_peak, options_.grow_slack);
-    if (have < plan->pages && options_.stitch && !grow) {
+    if (have < plan->pages && options_.stitch && !grow && !capture) {
       have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
                          &stolen, &streams, /*at_least=*/false);
     }
@@ -987,6 +1017,9 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
   std::vector<Block*> candidates;
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
+    // A private pool's memory is handed to no one else (and graphs replay
+    // into it) until the pool is released.
+    if (pool->mempool != 0) continue;
     pool->free.ForEach([&](Block* b) {
       mu_.AssertHeld();  // held by our caller; tells the lock checker
       if (b == keep_a || b == keep_b) return;
@@ -1259,6 +1292,8 @@ uint64_t DeviceAllocator::EmptyCache() {
 }
 
 uint64_t DeviceAllocator::ReleaseFree(uint64_t bytes, WaitCounter counter) {
+  // Releasing waits for every stream: never while a capture is under way.
+  if (capturing()) return 0;
   // Everything free becomes whole chunks in free blocks or the cache: held
   // back blocks come back, blocks of different streams sharing a chunk
   // merge, and dormant views (a stitch's old pages) are unmapped, so a

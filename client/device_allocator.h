@@ -41,6 +41,7 @@
 #include "client/block.h"
 #include "client/chunk_source.h"
 #include "client/free_index.h"
+#include "client/memory_pool.h"
 #include "client/options.h"
 #include "client/stats.h"
 #include "client/trace_recorder.h"
@@ -51,6 +52,10 @@ namespace gmlake {
 struct Pool {
   StreamHandle stream = 0;
   bool small = false;
+  // The private memory pool (memory_pool.h) this is part of; 0: none.
+  uint32_t mempool = 0;
+  // Its pool was released: blocks freed here go to the stream's default.
+  bool retired = false;
   FreeIndex free;
 };
 
@@ -80,6 +85,24 @@ class DeviceAllocator {
   // rounded up to chunks, when there is that much). Returns the bytes.
   uint64_t Reclaim(uint64_t bytes);
 
+  // --- Private pools, for CUDA graphs and torch.cuda.MemPool ---
+  // (memory_pool.h). While a route is open the allocator records, queries
+  // and waits for no event: a capturing stream forbids them. A pool's
+  // memory serves only allocations routed to it until it is released.
+  void CreateOrIncrefPool(MempoolId id);
+  void BeginAllocateToPool(MempoolId id, StreamFilter filter);
+  // Ends the route; frees deferred during the capture record their events
+  // now, when no capture is left.
+  void EndAllocateToPool(MempoolId id);
+  // Drops a reference; at the last, the pool's free memory returns to the
+  // lake (unless a capture is under way: then it joins the default memory
+  // and the next reclaim returns it). Returns the bytes given back.
+  uint64_t ReleasePool(MempoolId id);
+  // The live allocations of pool `id` (empty for an unknown id).
+  std::vector<DevicePtr> PoolLivePointers(MempoolId id) const;
+  // Bytes held by pool `id`: allocated and free.
+  uint64_t PoolReservedBytes(MempoolId id) const;
+
   AllocatorStats stats() const;
   // Live bytes and bytes held but free, for the lake's usage reports: two
   // numbers under the lock, never a driver call.
@@ -98,8 +121,15 @@ class DeviceAllocator {
   const TraceRecorder& trace() const { return trace_; }
 
  private:
-  Pool* GetPool(StreamHandle stream, bool small)
+  Pool* GetPool(StreamHandle stream, bool small, uint32_t mempool = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records events on `streams` for freed block `b` (pending until they
+  // complete), or waits for every stream if that fails. Releases mu_.
+  absl::Status FreeAfterStreams(Block* b, std::vector<StreamHandle> streams)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool capturing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return mempools_.capturing();
+  }
   // Marks (part of) free block `b`, already out of its index, allocated.
   void Allocate(Block* b, size_t size, size_t requested)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,6 +320,11 @@ class DeviceAllocator {
     std::vector<EventHandle> events;
   };
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  MemoryPools mempools_ ABSL_GUARDED_BY(mu_);
+  // Frees of blocks used on other streams, made during a capture: their
+  // events are recorded once no capture is left.
+  std::vector<std::pair<Block*, std::vector<StreamHandle>>> deferred_
+      ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
   // Pages go dormant in generations, one per slow path. Every generation
   // up to done_gen_ is no longer in use on any stream the device has seen

@@ -79,6 +79,27 @@ const char* gmlake_last_error(void);
 /* Which backend and lake are in use (NULL before init). */
 const char* gmlake_describe(void);
 
+/* Private memory pools, as CUDA graphs and torch.cuda.MemPool use them
+ * (PyTorch's MempoolId_t is the pair id0, id1). While a pool is the target
+ * of a capture, the allocations of the streams `filter` accepts (every
+ * stream when NULL) come from it, and gmlake records, queries and waits for
+ * no event on the device (capture forbids them). A pool's memory serves
+ * nothing else until its last reference is released; the release returns
+ * its free memory to the lake (the bytes; -1 on failure), and blocks still
+ * live follow when freed. `filter` is called under gmlake's lock for each
+ * malloc while the route is open: it must not call gmlake; `ctx` must live
+ * until gmlake_pool_end_allocate. */
+typedef int (*gmlake_stream_filter)(void* ctx, uint64_t stream);
+int gmlake_pool_create_or_incref(int device, uint64_t id0, uint64_t id1);
+int gmlake_pool_begin_allocate(int device, uint64_t id0, uint64_t id1,
+                               gmlake_stream_filter filter, void* ctx);
+int gmlake_pool_end_allocate(int device, uint64_t id0, uint64_t id1);
+int64_t gmlake_pool_release(int device, uint64_t id0, uint64_t id1);
+/* The pool's live allocations: up to `n` into `ptrs`; returns how many
+ * there are (more than `n`: call again with room), -1 on failure. */
+int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
+                         size_t n);
+
 /* The signatures torch.cuda.memory.CUDAPluggableAllocator expects.
  *
  * gmlake_torch_malloc never returns NULL for a failure (PyTorch would make

@@ -237,6 +237,62 @@ int gmlake_record_stream(void* ptr, uint64_t stream) {
   return s.ok() ? 0 : Fail(s);
 }
 
+namespace {
+gmlake::DeviceAllocator* PoolDevice(int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return nullptr;
+  absl::StatusOr<gmlake::DeviceAllocator*> d = a->device(device);
+  if (!d.ok()) {
+    Fail(d.status());
+    return nullptr;
+  }
+  return *d;
+}
+}  // namespace
+
+int gmlake_pool_create_or_incref(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  d->CreateOrIncrefPool({id0, id1});
+  return 0;
+}
+
+int gmlake_pool_begin_allocate(int device, uint64_t id0, uint64_t id1,
+                               gmlake_stream_filter filter, void* ctx) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  gmlake::StreamFilter f;
+  if (filter != nullptr) {
+    f = [filter, ctx](gmlake::StreamHandle s) { return filter(ctx, s) != 0; };
+  }
+  d->BeginAllocateToPool({id0, id1}, std::move(f));
+  return 0;
+}
+
+int gmlake_pool_end_allocate(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  d->EndAllocateToPool({id0, id1});
+  return 0;
+}
+
+int64_t gmlake_pool_release(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  return static_cast<int64_t>(d->ReleasePool({id0, id1}));
+}
+
+int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
+                         size_t n) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  std::vector<gmlake::DevicePtr> live = d->PoolLivePointers({id0, id1});
+  for (size_t i = 0; i < live.size() && i < n; ++i) {
+    ptrs[i] = reinterpret_cast<void*>(live[i]);
+  }
+  return static_cast<int64_t>(live.size());
+}
+
 uint64_t gmlake_empty_cache(void) {
   gmlake::Allocator* a = Get();
   return a == nullptr ? 0 : a->EmptyCache();

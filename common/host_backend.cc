@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -219,23 +220,53 @@ absl::Status HostBackend::DoDestroyEvent(EventHandle event) {
   return books_.DestroyEvent(event);
 }
 
+void HostBackend::SetCaptured(StreamHandle stream, bool captured) {
+  absl::MutexLock lock(&capture_mu_);
+  auto it = std::find(captured_.begin(), captured_.end(), stream);
+  if (captured && it == captured_.end()) captured_.push_back(stream);
+  if (!captured && it != captured_.end()) captured_.erase(it);
+}
+
+absl::Status HostBackend::CheckCapture(StreamHandle stream, bool any,
+                                       const char* call) {
+  absl::MutexLock lock(&capture_mu_);
+  if (captured_.empty()) return absl::OkStatus();
+  if (!any && std::find(captured_.begin(), captured_.end(), stream) ==
+                  captured_.end()) {
+    return absl::OkStatus();
+  }
+  capture_violations_.fetch_add(1, std::memory_order_relaxed);
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, " while a stream is captured (stream ", stream,
+      "): CUDA forbids it during graph capture; the allocator must defer it"));
+}
+
 absl::Status HostBackend::DoRecordEvent(EventHandle event,
                                         StreamHandle stream) {
+  if (absl::Status s = CheckCapture(stream, false, "RecordEvent"); !s.ok()) {
+    return s;
+  }
   return books_.RecordEvent(event, stream);
 }
 
 absl::StatusOr<bool> HostBackend::DoQueryEvent(EventHandle event) {
+  if (absl::Status s = CheckCapture(0, true, "QueryEvent"); !s.ok()) return s;
   absl::StatusOr<absl::Time> done = books_.EventDoneAt(event);
   if (!done.ok()) return done.status();
   return *done == absl::InfinitePast() || absl::Now() >= *done;
 }
 
-absl::Status HostBackend::DoWaitEventOnStream(StreamHandle /*stream*/,
+absl::Status HostBackend::DoWaitEventOnStream(StreamHandle stream,
                                               EventHandle event) {
+  if (absl::Status s = CheckCapture(stream, false, "WaitEventOnStream");
+      !s.ok()) {
+    return s;
+  }
   return books_.EventDoneAt(event).status();
 }
 
 absl::Status HostBackend::DoSyncEvent(EventHandle event) {
+  if (absl::Status s = CheckCapture(0, true, "SyncEvent"); !s.ok()) return s;
   return books_.WaitForEvent(event);
 }
 

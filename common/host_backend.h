@@ -30,14 +30,17 @@
 #ifndef GMLAKE_COMMON_HOST_BACKEND_H_
 #define GMLAKE_COMMON_HOST_BACKEND_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/vmm.h"
@@ -91,6 +94,16 @@ class HostBackend : public VmmBackend {
   // Threads blocked in SyncEvent now.
   int event_waiters() const { return books_.event_waiters(); }
 
+  // Stream capture, as CUDA graphs do it: while any stream is marked
+  // captured, an event recorded on a captured stream, any event query or
+  // sync, and a wait of a captured stream for an event are what the driver
+  // forbids (cudaErrorStreamCaptureUnsupported/Invalidated). Each is
+  // counted in capture_violations() and fails; tests assert it stays 0.
+  void SetCaptured(StreamHandle stream, bool captured);
+  uint64_t capture_violations() const {
+    return capture_violations_.load(std::memory_order_relaxed);
+  }
+
   // Bytes of capacity in use on `device` (imported chunks count nothing).
   size_t used_bytes(int device) const { return books_.used_bytes(device); }
   // RLIMIT_NOFILE's soft limit after Create raised it.
@@ -122,7 +135,14 @@ class HostBackend : public VmmBackend {
  private:
   HostBackend(const Options& options, uint64_t fd_limit);
 
+  // The violation (and its count) when `stream` (0: none in particular)
+  // may not be used for an event call now.
+  absl::Status CheckCapture(StreamHandle stream, bool any, const char* call);
+
   VmmBooks books_;
+  absl::Mutex capture_mu_;
+  std::vector<StreamHandle> captured_ ABSL_GUARDED_BY(capture_mu_);
+  std::atomic<uint64_t> capture_violations_{0};
   const std::string note_;
   const uint64_t fd_limit_;
 };

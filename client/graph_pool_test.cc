@@ -1,0 +1,198 @@
+// Copyright 2026 The GMLake Authors.
+//
+// Private pools through the DeviceAllocator on the host backend, whose
+// streams can be marked captured: what CUDA graph capture needs.
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "client/device_allocator.h"
+#include "client/embedded_lake.h"
+#include "client/options.h"
+#include "common/host_backend.h"
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+constexpr StreamHandle kCapture = 7;
+constexpr StreamHandle kSide = 8;
+constexpr StreamHandle kOther = 9;
+
+class GraphPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HostBackend::Options bo;
+    bo.capacity_bytes = size_t{1} << 30;
+    auto backend = HostBackend::Create(bo);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    host_ = backend->get();
+    lake_ = std::make_unique<EmbeddedLake>(*std::move(backend), 0);
+    auto options = ParseConf("");
+    ASSERT_TRUE(options.ok()) << options.status();
+    alloc_ = std::make_unique<DeviceAllocator>(0, lake_.get(), *options);
+  }
+  void TearDown() override {
+    alloc_.reset();
+    lake_.reset();
+  }
+  DevicePtr Malloc(size_t size, StreamHandle stream) {
+    auto p = alloc_->Malloc(size, stream);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : 0;
+  }
+  // Capture on kCapture (and kSide, joined), as torch.cuda.graph does.
+  void BeginCapture(MempoolId id) {
+    host_->SetCaptured(kCapture, true);
+    host_->SetCaptured(kSide, true);
+    alloc_->BeginAllocateToPool(
+        id, [](StreamHandle s) { return s == kCapture || s == kSide; });
+  }
+  // As CUDAGraph::capture_end: the stream capture ends, then the route.
+  void EndCapture(MempoolId id) {
+    host_->SetCaptured(kCapture, false);
+    host_->SetCaptured(kSide, false);
+    alloc_->EndAllocateToPool(id);
+  }
+  uint64_t Count(VmmCall c) { return host_->call_stats().Count(c); }
+
+  HostBackend* host_ = nullptr;
+  std::unique_ptr<EmbeddedLake> lake_;
+  std::unique_ptr<DeviceAllocator> alloc_;
+};
+
+TEST_F(GraphPoolTest, PoolMemoryIsHandedToNoOneElseUntilReleased) {
+  const MempoolId id{1, 0};
+  alloc_->CreateOrIncrefPool(id);
+  // Memory the default pool freed is not taken by the capture either.
+  DevicePtr warm = Malloc(8 * kMiB, kCapture);
+  ASSERT_TRUE(alloc_->Free(warm).ok());
+  BeginCapture(id);
+  std::vector<DevicePtr> in_pool;
+  for (size_t s : {3 * kMiB, 5 * kMiB, size_t{700} * 1024, size_t{1024}}) {
+    in_pool.push_back(Malloc(s, kCapture));
+  }
+  in_pool.push_back(Malloc(2 * kMiB, kSide));
+  EXPECT_EQ(std::find(in_pool.begin(), in_pool.end(), warm), in_pool.end());
+  // Outside the filter: default memory.
+  DevicePtr outside = Malloc(kMiB, kOther);
+  EXPECT_EQ(alloc_->PoolLivePointers(id).size(), in_pool.size());
+  for (DevicePtr p : in_pool) ASSERT_TRUE(alloc_->Free(p).ok());
+  EndCapture(id);
+  ASSERT_TRUE(alloc_->Free(outside).ok());
+  // Freed pool blocks are not reused by anyone outside the pool, on any
+  // stream, whatever the size, even through the slow path.
+  std::vector<DevicePtr> others;
+  for (StreamHandle s : {kCapture, kSide, kOther}) {
+    for (size_t size :
+         {3 * kMiB, 5 * kMiB, size_t{700} * 1024, size_t{1024}, 2 * kMiB}) {
+      others.push_back(Malloc(size, s));
+    }
+  }
+  for (DevicePtr p : others) {
+    for (DevicePtr q : in_pool) EXPECT_NE(p, q);
+  }
+  EXPECT_GT(alloc_->PoolReservedBytes(id), 0u);
+  for (DevicePtr p : others) ASSERT_TRUE(alloc_->Free(p).ok());
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+  EXPECT_EQ(host_->capture_violations(), 0u);
+}
+
+TEST_F(GraphPoolTest, NoEventCallDuringCaptureAndDeferredFreesRecordAfter) {
+  const MempoolId id{2, 0};
+  // A block of default memory used on another stream, freed mid-capture.
+  DevicePtr shared = Malloc(4 * kMiB, kOther);
+  ASSERT_TRUE(alloc_->RecordStream(shared, kCapture).ok());
+  DevicePtr pending = Malloc(4 * kMiB, kOther);
+  ASSERT_TRUE(alloc_->RecordStream(pending, kSide).ok());
+  ASSERT_TRUE(alloc_->Free(pending).ok());  // an event before the capture
+  const uint64_t records = Count(VmmCall::kEventRecord);
+  BeginCapture(id);
+  DevicePtr a = Malloc(6 * kMiB, kCapture);
+  ASSERT_TRUE(alloc_->RecordStream(a, kSide).ok());
+  ASSERT_TRUE(alloc_->Free(a).ok());  // used on a captured side stream
+  ASSERT_TRUE(alloc_->Free(shared).ok());
+  // Mallocs that take the slow path and the fast path, both streams.
+  for (int i = 0; i < 8; ++i) {
+    DevicePtr p = Malloc((i + 1) * 3 * kMiB, i % 2 ? kSide : kCapture);
+    ASSERT_TRUE(alloc_->Free(p).ok());
+  }
+  EXPECT_EQ(alloc_->EmptyCache(), 0u);  // would wait for the streams
+  EXPECT_EQ(Count(VmmCall::kEventRecord), records);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  EndCapture(id);
+  // The deferred frees recorded their events once the capture ended.
+  EXPECT_EQ(Count(VmmCall::kEventRecord), records + 2);
+  DevicePtr after = Malloc(4 * kMiB, kOther);
+  ASSERT_TRUE(alloc_->Free(after).ok());
+  alloc_->ReleasePool(id);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+TEST_F(GraphPoolTest, TwoGraphsShareOnePoolAndTheLastReleaseReturnsIt) {
+  const MempoolId id{0, 1};
+  alloc_->CreateOrIncrefPool(id);  // graph 1
+  alloc_->CreateOrIncrefPool(id);  // graph 2
+  BeginCapture(id);
+  DevicePtr g1 = Malloc(10 * kMiB, kCapture);
+  ASSERT_TRUE(alloc_->Free(g1).ok());
+  EndCapture(id);
+  BeginCapture(id);
+  // The second graph reuses the first one's freed pool memory: no map.
+  const uint64_t maps = Count(VmmCall::kMap);
+  DevicePtr g2 = Malloc(10 * kMiB, kCapture);
+  EXPECT_EQ(g2, g1);
+  EXPECT_EQ(Count(VmmCall::kMap), maps);
+  ASSERT_TRUE(alloc_->Free(g2).ok());
+  EndCapture(id);
+  const uint64_t reserved = alloc_->stats().reserved_bytes.current;
+  const uint64_t pool_bytes = alloc_->PoolReservedBytes(id);
+  ASSERT_GE(pool_bytes, 10 * kMiB);
+  EXPECT_EQ(alloc_->ReleasePool(id), 0u);  // graph 1 reset: still shared
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), pool_bytes);
+  const uint64_t returned = alloc_->ReleasePool(id);  // graph 2 reset
+  EXPECT_GE(returned, pool_bytes);
+  EXPECT_EQ(alloc_->stats().reserved_bytes.current, reserved - returned);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+TEST_F(GraphPoolTest, ReplaysInALoopLeakNothingAndLiveBlocksFollowRelease) {
+  const MempoolId id{3, 0};
+  alloc_->CreateOrIncrefPool(id);
+  BeginCapture(id);
+  DevicePtr out = Malloc(5 * kMiB, kCapture);  // a graph output, kept
+  DevicePtr tmp = Malloc(7 * kMiB, kCapture);
+  ASSERT_TRUE(alloc_->Free(tmp).ok());
+  EndCapture(id);
+  const uint64_t maps = Count(VmmCall::kMap);
+  for (int i = 0; i < 50; ++i) {  // replays touch no allocator state;
+    DevicePtr step = Malloc(3 * kMiB, kOther);  // the eager code around
+    ASSERT_TRUE(alloc_->Free(step).ok());
+  }
+  const uint64_t after_loop = Count(VmmCall::kMap);
+  for (int i = 0; i < 50; ++i) {
+    DevicePtr step = Malloc(3 * kMiB, kOther);
+    ASSERT_TRUE(alloc_->Free(step).ok());
+  }
+  EXPECT_EQ(Count(VmmCall::kMap), after_loop);
+  EXPECT_LE(after_loop - maps, 2u);
+  alloc_->ReleasePool(id);
+  EXPECT_TRUE(alloc_->PoolLivePointers(id).empty());  // pool forgotten
+  // The output outlived the graph; freed now, it joins default memory and
+  // a default malloc of its size reuses it.
+  ASSERT_TRUE(alloc_->Free(out).ok());
+  DevicePtr again = Malloc(5 * kMiB, kCapture);
+  EXPECT_EQ(again, out);
+  ASSERT_TRUE(alloc_->Free(again).ok());
+  const AllocatorStats s = alloc_->stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.num_mallocs, s.num_frees);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+}  // namespace
+}  // namespace gmlake

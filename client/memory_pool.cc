@@ -1,0 +1,62 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/memory_pool.h"
+
+#include <algorithm>
+
+namespace gmlake {
+
+uint32_t MemoryPools::CreateOrIncref(MempoolId id) {
+  Entry& e = pools_[id];
+  if (e.refs == 0) e.tag = next_tag_++;
+  ++e.refs;
+  return e.tag;
+}
+
+std::optional<uint32_t> MemoryPools::Release(MempoolId id) {
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return std::nullopt;
+  if (--it->second.refs > 0) return std::nullopt;
+  const uint32_t tag = it->second.tag;
+  pools_.erase(it);
+  // A route into a retired pool would hand its tag out again.
+  routes_.erase(std::remove_if(routes_.begin(), routes_.end(),
+                               [&](const Route_& r) { return r.tag == tag; }),
+                routes_.end());
+  return tag;
+}
+
+uint32_t MemoryPools::BeginAllocateTo(MempoolId id, StreamFilter filter) {
+  auto it = pools_.find(id);
+  const uint32_t tag = it == pools_.end() ? CreateOrIncref(id) : it->second.tag;
+  routes_.push_back({id, tag, std::move(filter)});
+  return tag;
+}
+
+bool MemoryPools::EndAllocateTo(MempoolId id) {
+  const size_t before = routes_.size();
+  routes_.erase(std::remove_if(routes_.begin(), routes_.end(),
+                               [&](const Route_& r) { return r.id == id; }),
+                routes_.end());
+  return routes_.size() != before;
+}
+
+uint32_t MemoryPools::Route(StreamHandle stream) const {
+  for (auto r = routes_.rbegin(); r != routes_.rend(); ++r) {
+    if (!r->filter || r->filter(stream)) return r->tag;
+  }
+  return 0;
+}
+
+std::optional<uint32_t> MemoryPools::TagOf(MempoolId id) const {
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return std::nullopt;
+  return it->second.tag;
+}
+
+int MemoryPools::use_count(MempoolId id) const {
+  auto it = pools_.find(id);
+  return it == pools_.end() ? 0 : it->second.refs;
+}
+
+}  // namespace gmlake
