@@ -41,7 +41,9 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
       reserved = AdmitLeaseLocked(session, token, device, count, chunk_bytes,
                                   &wait, &r, &after);
       if (!reserved.ok()) {
-        ++leases_failed_;
+        // A lease ahead of need that finds no free room is refused at once
+        // and the client leases just its shortfall: nobody saw a failure.
+        if (!wait.no_pressure) ++leases_failed_;
         NotePressureWaitLocked(wait.pressure_since);
       }
       if (!reserved.ok() || *reserved) StopWaitingLocked(&wait);
