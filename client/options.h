@@ -61,6 +61,12 @@ struct AllocatorOptions {
   // H200); a little slack lets the sizes of a training step settle with far
   // fewer stitches (docs/design.md). 0: stitch whenever free chunks exist.
   double grow_slack = 0.005;
+  // cover_tail: when every free chunk is larger than what a mapping still
+  // misses, the smallest of them is mapped whole if its extra bytes, at
+  // most this many, fit unmapped beside the mapping: they become a free
+  // tail of the new block instead of a new chunk from the lake
+  // (client/chunk_cover.h, docs/design.md "Chunk sizes"). 0: never.
+  uint64_t cover_tail = uint64_t{2} << 20;
   // max_dormant: stitched chunks stay mapped where they were taken from
   // (dormant), so the shape they had comes back with no driver call. Once
   // more bytes are dormant than this, those no stream uses any more are
