@@ -15,4 +15,11 @@ bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages) {
   return best == 0 || pages < best;
 }
 
+bool CoverNow(bool small_pool, uint64_t stranded, uint64_t allocated_peak,
+              double after) {
+  if (small_pool || after <= 0) return true;
+  return static_cast<double>(stranded) >=
+         after * static_cast<double>(allocated_peak);
+}
+
 }  // namespace gmlake

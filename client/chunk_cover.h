@@ -14,12 +14,19 @@
 // pool's next requests use (docs/design.md, "Chunk sizes").
 //
 // The extra pages are bounded: they stay free bytes of one pool, which a
-// stitch can take back only once the block beside them is free.
+// stitch can take back only once the block beside them is free. And a
+// chunk taken out of a free block may be one a shape the program repeats
+// wants whole again (a later stitch then maps more), so the large pool
+// covers only once the rests the lake made would pass a small share of the
+// allocated peak: a program whose shapes strand memory (KV-cache blocks of
+// odd pages: thousands), not one that grew a few odd pages (the shipped
+// training traces: 1-6, each costing driver calls downstream when covered).
 
 #ifndef GMLAKE_CLIENT_CHUNK_COVER_H_
 #define GMLAKE_CLIENT_CHUNK_COVER_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gmlake {
 
@@ -33,6 +40,15 @@ size_t MaxCoverPages(size_t rest, size_t room, size_t max_extra);
 // rest (one that fits was taken already), at most `max_pages`
 // (MaxCoverPages), and smaller than `best` (the fewest extra pages).
 bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages);
+
+// Whether a slow path takes a free chunk out of a free block to cover its
+// rest now. The small pool always does: it grows one page at a time, so
+// each of its growths among free chunks of max_chunk strands a page. The
+// large pool does once `stranded` (bytes the lake made for rests a larger
+// free chunk could have covered) reaches `after` x `allocated_peak`
+// (0: at once).
+bool CoverNow(bool small_pool, uint64_t stranded, uint64_t allocated_peak,
+              double after);
 
 }  // namespace gmlake
 

@@ -24,5 +24,14 @@ TEST(BetterCoverTest, TheSmallestChunkLargerThanTheRest) {
   EXPECT_FALSE(BetterCover(2, 2, 1, 3));  // a tie keeps the first
 }
 
+TEST(CoverNowTest, TheSmallPoolAtOnceTheLargeOnceEnoughIsStranded) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_TRUE(CoverNow(/*small_pool=*/true, 0, 10 * kGiB, 0.002));
+  // 0.2% of 10 GiB is 20.5 MiB: ten one-page rests are not enough.
+  EXPECT_FALSE(CoverNow(false, 20 << 20, 10 * kGiB, 0.002));
+  EXPECT_TRUE(CoverNow(false, 21 << 20, 10 * kGiB, 0.002));
+  EXPECT_TRUE(CoverNow(false, 0, 10 * kGiB, 0));  // 0: at once
+}
+
 }  // namespace
 }  // namespace gmlake

@@ -1022,10 +1022,9 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   Arena* a = plan->arena;
   const size_t end = plan->first_page + plan->pages;
   const size_t after = RoomBeside(a, plan->first_page, end, max_extra, false);
-  const size_t before =
-      after >= max_extra
-          ? 0
-          : RoomBeside(a, plan->first_page, end, max_extra, true);
+  const size_t before = after >= max_extra ? 0
+                                           : RoomBeside(a, plan->first_page,
+                                                        end, max_extra, true);
   const size_t max_pages =
       MaxCoverPages(rest, std::max(after, before), max_extra);
   if (max_pages <= rest) return cover;
@@ -1062,6 +1061,13 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
     }
   }
   if (best == 0) return cover;
+  if (best_block != nullptr &&
+      !CoverNow(plan->arena->small, stranded_bytes_,
+                static_cast<uint64_t>(stats_.allocated_bytes.peak),
+                options_.cover_after)) {
+    stranded_bytes_ += rest * page_size_;  // the lake makes the rest
+    return cover;
+  }
   if (best_block != nullptr) {
     StealPages(best_block, best_q, best_q + best, stolen, streams);
     cover.handle = stolen->back().chunks.front().handle;
@@ -1085,10 +1091,9 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
 
 void DeviceAllocator::PlaceCover(const Cover& cover,
                                  std::vector<SizedChunk>* chunks) {
-  auto it = std::find_if(chunks->begin(), chunks->end(),
-                         [&](const SizedChunk& c) {
-                           return c.handle == cover.handle;
-                         });
+  auto it = std::find_if(
+      chunks->begin(), chunks->end(),
+      [&](const SizedChunk& c) { return c.handle == cover.handle; });
   if (it == chunks->end()) return;
   if (cover.at_front) {
     std::rotate(chunks->begin(), it, it + 1);

@@ -368,6 +368,9 @@ class DeviceAllocator {
   uint64_t settled_seq_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar slow_path_done_;
   std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
+  // Bytes the lake made for the rest of a mapping while a larger free chunk
+  // could have covered it (CoverNow).
+  uint64_t stranded_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Held chunks on their way between mapped and cached/returned while a
   // slow path has the lock down.

@@ -90,6 +90,7 @@ const std::map<std::string, Setter>& Setters() {
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
       {"cover_tail", Bytes(&AllocatorOptions::cover_tail)},
+      {"cover_after", Fraction(&AllocatorOptions::cover_after)},
       {"max_dormant", Bytes(&AllocatorOptions::max_dormant)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},

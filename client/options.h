@@ -66,7 +66,12 @@ struct AllocatorOptions {
   // most this many, fit unmapped beside the mapping: they become a free
   // tail of the new block instead of a new chunk from the lake
   // (client/chunk_cover.h, docs/design.md "Chunk sizes"). 0: never.
-  uint64_t cover_tail = uint64_t{2} << 20;
+  uint64_t cover_tail = uint64_t{8} << 20;
+  // cover_after: the large pool takes such a chunk out of a free block only
+  // once the rests the lake made instead would pass this share of the
+  // allocated peak (a program whose shapes strand memory); the small pool
+  // always does. 0: at once.
+  double cover_after = 0.002;
   // max_dormant: stitched chunks stay mapped where they were taken from
   // (dormant), so the shape they had comes back with no driver call. Once
   // more bytes are dormant than this, those no stream uses any more are
