@@ -1079,6 +1079,7 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
     chunks->push_back(c);
     cover.handle = c.handle;
   }
+  ++stats_.covers;
   // The plan grows by the extra pages, on the side with room for them.
   const size_t extra = best - rest;
   a->in_flight.erase(plan->first_page);
