@@ -37,8 +37,9 @@ struct AllocatorOptions {
   // Larger chunks mean fewer driver calls (cuMemSetAccess costs the same
   // per handle whatever its size); smaller ones can be stitched more
   // finely. 4 MiB halves the calls of 2 MiB chunks and keeps the smallest
-  // capacity within 1.008 x the live peak on every shipped trace; 8 MiB
-  // needs up to 1.015 x (docs/design.md, "Chunk sizes").
+  // capacity within 1.008 x the live peak on the seven traces shipped first
+  // (with covers, 1.01 on all fifteen: cover_tail); 8 MiB needs up to 1.015 x
+  // (docs/design.md, "Chunk sizes").
   uint64_t max_chunk = uint64_t{4} << 20;
   // large_chunk: the largest chunk for a large shortfall (one of at least
   // 32 x max_chunk): it is cut into at least 16 chunks of a power-of-two
