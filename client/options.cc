@@ -96,6 +96,8 @@ const std::map<std::string, Setter>& Setters() {
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},
       {"lease_ahead", Bytes(&AllocatorOptions::lease_ahead)},
+      {"lease_ahead_background",
+       Bool(&AllocatorOptions::lease_ahead_background)},
       {"log", Bool(&AllocatorOptions::log)},
   };
   return *setters;

@@ -92,6 +92,11 @@ struct AllocatorOptions {
   // shortfall). Leased ahead and unused, chunks go back first under
   // pressure and once growth pauses (docs/daemon.md, "Growth").
   uint64_t lease_ahead = uint64_t{256} << 20;
+  // lease_ahead_background: lease the next step ahead on a thread of the
+  // lake's client once half of the last one is taken, so that mallocs find
+  // chunks imported already (docs/daemon.md, "Leasing ahead in the
+  // background"). false: leasing ahead only on the malloc that falls short.
+  bool lease_ahead_background = true;
   // log: print start-up lines (which backend and lake) to stderr.
   bool log = true;
 };
