@@ -89,6 +89,8 @@ const std::map<std::string, Setter>& Setters() {
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
+      {"cover_tail", Bytes(&AllocatorOptions::cover_tail)},
+      {"cover_after", Fraction(&AllocatorOptions::cover_after)},
       {"max_dormant", Bytes(&AllocatorOptions::max_dormant)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
