@@ -28,6 +28,7 @@
 #define GMLAKE_DAEMON_UNTRUSTED_FD_H_
 
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -67,6 +68,12 @@ absl::Status CheckChunkDescriptors(absl::Span<const UniqueFd> fds);
 // a socket), never on the caller's.
 void CloseUntrusted(UniqueFd fd);
 void CloseUntrusted(std::vector<UniqueFd> fds);
+
+// recv(2) of up to `n` bytes from a client's socket, without waiting, with
+// room for control messages: descriptors that came with the bytes go to
+// CloseUntrusted (a plain recv would have the kernel close them on the
+// caller's thread). *descriptors, if given, counts them.
+ssize_t RecvUntrusted(int sock, char* buf, size_t n, size_t* descriptors);
 
 // Descriptors handed to CloseUntrusted and not closed yet.
 uint64_t UntrustedClosesPending();
