@@ -547,6 +547,35 @@ TEST_P(Hostile, TheConnectionCapIsASessionCapAndSaysSo) {
   ExpectQuickSigterm();
 }
 
+// Behind the relay gRPC's peer is gmlaked's own socketpair: the caller's
+// uid must still be the client's, recorded from the accepted socket, or a
+// uid-bound token would work from anywhere (or nowhere).
+TEST_P(Hostile, CallsAreTheClientsUidThroughEitherGuard) {
+  StartDaemon({"--capacity=16MiB"});
+  absl::StatusOr<std::unique_ptr<ClientProcess>> victim =
+      ClientProcess::StartBinary("tests/integration/raw_client",
+                                 daemon_->socket(), {"--uid=2000"});
+  absl::StatusOr<std::unique_ptr<ClientProcess>> thief =
+      ClientProcess::StartBinary("tests/integration/raw_client",
+                                 daemon_->socket(), {"--uid=2001"});
+  ASSERT_OK(victim);
+  ASSERT_OK(thief);
+  absl::StatusOr<std::string> token = (*victim)->Command("token", kPatience);
+  ASSERT_OK(token);
+  ASSERT_OK((*thief)->Command(
+      absl::StrCat("impersonate ", (*victim)->session(), " ", *token),
+      kPatience));
+  absl::StatusOr<std::string> r = (*thief)->Command("lease 0 1", kPatience);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied)
+      << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(absl::StrCat("session ", (*victim)->session(),
+                                     " belongs to uid 2000")));
+  absl::StatusOr<std::string> own = (*victim)->Command("lease 0 1", kPatience);
+  EXPECT_TRUE(own.ok()) << own.status();
+  ExpectQuickSigterm();
+}
+
 INSTANTIATE_TEST_SUITE_P(Guards, Hostile,
                          ::testing::Values("passrights", "proxy"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
