@@ -165,12 +165,15 @@ void GrpcRelay::Loop() {
       // Errors and hang-ups are found by the next read or write.
       const bool in = e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
       const bool out = e & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+      const bool gone = e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
       if (key & 1) {
         c->grpc_readable |= in;
         c->grpc_writable |= out;
+        c->grpc_gone |= gone;
       } else {
         c->client_readable |= in;
         c->client_writable |= out;
+        c->client_gone |= gone;
       }
       ready.push_back(key >> 1);
     }
@@ -213,6 +216,13 @@ GrpcRelay::Step GrpcRelay::Pump(Conn* c) {
           Step::kDrop ||
       Flush(c->client.get(), &c->to_client, &c->client_writable, &c->moved) ==
           Step::kDrop) {
+    return Step::kDrop;
+  }
+  // One side gone while the other does not take what it said last: that
+  // is not waited for (a client that does not read holds nothing of
+  // gmlaked's once gRPC let go of it).
+  if ((c->grpc_gone && !c->to_client.empty()) ||
+      (c->client_gone && !c->to_grpc.empty())) {
     return Step::kDrop;
   }
   // A side is read only once what it sent before is gone (backpressure).

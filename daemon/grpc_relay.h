@@ -87,6 +87,9 @@ class GrpcRelay {
     PeerCredentials peer;
     bool client_readable = false, client_writable = false;
     bool grpc_readable = false, grpc_writable = false;
+    // Hung up (or failed): what it still sends is read, but what it is
+    // owed is not waited for.
+    bool client_gone = false, grpc_gone = false;
     Pending to_grpc, to_client;
     uint64_t moved = 0;  // bytes read and written so far
   };

@@ -191,6 +191,30 @@ TEST(GrpcRelay, AStalledPeerHoldsUpNobodyElse) {
   EXPECT_EQ(ReadExactly(stalled.served.get(), sent).size(), sent);
 }
 
+// gRPC lets go of a connection whose client reads nothing while replies
+// are still owed to it: the relay lets go too, rather than hold the
+// client's socket (no longer counted against its uid) for ever.
+TEST(GrpcRelay, AClientThatDoesNotReadIsDroppedOnceGrpcLetsGo) {
+  absl::StatusOr<std::unique_ptr<GrpcRelay>> relay = GrpcRelay::Start();
+  ASSERT_TRUE(relay.ok());
+  Relayed r = Relay(relay->get());
+  ::fcntl(r.served.get(), F_SETFL, O_NONBLOCK);
+  const std::string block(1 << 16, 'r');
+  for (int idle = 0; idle < 50;) {
+    if (::send(r.served.get(), block.data(), block.size(), MSG_NOSIGNAL) > 0) {
+      idle = 0;
+    } else {
+      ++idle;
+      ::usleep(10000);
+    }
+  }
+  r.served.Reset();
+  for (int i = 0; i < 3000 && (*relay)->connections() != 0; ++i) {
+    ::usleep(10000);
+  }
+  EXPECT_EQ((*relay)->connections(), 0u);
+}
+
 TEST(GrpcRelay, StopEndsEveryConnection) {
   absl::StatusOr<std::unique_ptr<GrpcRelay>> relay = GrpcRelay::Start();
   ASSERT_TRUE(relay.ok());
