@@ -20,9 +20,10 @@
 //    on sockets; the closer receives what a Unix socket's unread messages
 //    carry and turns their linger off too, so that even it rarely waits.
 //    It is never joined, so SIGTERM does not wait for it either.
-//  - gRPC connections cannot carry descriptors at all (RefuseDescriptors,
-//    SO_PASSRIGHTS on the listening socket: the kernel refuses the
-//    sendmsg).
+//  - gRPC connections cannot carry descriptors to gRPC at all
+//    (RefuseDescriptors, SO_PASSRIGHTS on the listening socket: the kernel
+//    refuses the sendmsg; where it cannot, GrpcRelay in grpc_relay.h takes
+//    them and hands them to CloseUntrusted).
 
 #ifndef GMLAKE_DAEMON_UNTRUSTED_FD_H_
 #define GMLAKE_DAEMON_UNTRUSTED_FD_H_
