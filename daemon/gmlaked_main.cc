@@ -35,6 +35,7 @@
 #include "common/vmm.h"
 #include "daemon/fd_server.h"
 #include "daemon/grpc_peer_credentials.h"
+#include "daemon/health_service.h"
 #include "daemon/lake.h"
 #include "daemon/lake_service.h"
 #include "daemon/log.h"
@@ -43,7 +44,6 @@
 #include "daemon/service_notifier.h"
 #include "daemon/units.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "proto/protocol.h"
 
 ABSL_FLAG(std::string, socket, "/run/gmlake/gmlaked.sock",
@@ -141,9 +141,18 @@ ABSL_FLAG(int, max_streams_per_connection, 64,
           "Calls (Watch streams, leases, health watches) at once on one gRPC "
           "connection; with --max_grpc_connections_per_uid it bounds a "
           "uid's calls.");
+ABSL_FLAG(int, max_health_watches_per_uid, 256,
+          "Health Watch streams (grpc.health.v1) one uid may hold open at "
+          "once, over all its connections; the next is refused with a "
+          "message that names this flag.");
 ABSL_FLAG(absl::Duration, grpc_idle_timeout, absl::Minutes(5),
           "A gRPC connection with no call this long is closed (clients "
           "reconnect when they next call).");
+ABSL_FLAG(std::string, grpc_fd_guard, "auto",
+          "How descriptors sent on the gRPC socket are kept from gRPC, whose "
+          "close of one can block: passrights (the kernel refuses them, "
+          "Linux 6.16), proxy (a relay takes them and drops the connection) "
+          "or auto (passrights where the kernel has it, else proxy).");
 ABSL_FLAG(int, fd_limit, 0,
           "RLIMIT_NOFILE to serve with; 0 raises it to the hard limit.");
 ABSL_FLAG(bool, verbose, false, "Log every session open, bind and lease.");
@@ -417,6 +426,9 @@ absl::Status Run(const ServiceNotifier& notifier) {
       }
     };
   }
+  absl::StatusOr<GrpcFdGuard> fd_guard =
+      ParseGrpcFdGuard(absl::GetFlag(FLAGS_grpc_fd_guard));
+  if (!fd_guard.ok()) return fd_guard.status();
   const std::string grpc_path = absl::GetFlag(FLAGS_socket);
   const std::string mode_text = absl::GetFlag(FLAGS_socket_mode);
   char* end = nullptr;
@@ -510,10 +522,16 @@ absl::Status Run(const ServiceNotifier& notifier) {
   GrpcPeerCredentials grpc_peers;
   LakeService service(lake->get(), LakeService::ByConnection(&grpc_peers));
   // The standard health service (grpc.health.v1) beside the lake's, for
-  // probes: `gmlakectl health`.
-  grpc::EnableDefaultHealthCheckService(true);
+  // probes (`gmlakectl health`): gmlaked's own, which limits a uid's Watch
+  // streams, in place of gRPC's built-in one.
+  HealthService health(
+      LakeService::ByConnection(&grpc_peers),
+      static_cast<size_t>(
+          std::max(1, absl::GetFlag(FLAGS_max_health_watches_per_uid))));
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   builder.SetMaxReceiveMessageSize(8 << 20);
   builder.SetMaxSendMessageSize(8 << 20);
   // Bounds what one client can make gmlaked hold (with the acceptor's
@@ -536,7 +554,8 @@ absl::Status Run(const ServiceNotifier& notifier) {
                     static_cast<size_t>(std::max(
                         1, absl::GetFlag(FLAGS_max_grpc_connections_per_uid))),
                     static_cast<size_t>(std::max(
-                        1, absl::GetFlag(FLAGS_max_grpc_connections)))});
+                        1, absl::GetFlag(FLAGS_max_grpc_connections)))},
+                *fd_guard);
   if (!acceptor.ok()) {
     (*fd_server)->Stop();
     ::unlink(grpc_path.c_str());
@@ -544,11 +563,11 @@ absl::Status Run(const ServiceNotifier& notifier) {
         absl::StrCat("cannot serve gRPC on unix:", grpc_path, ": ",
                      acceptor.status().message()));
   }
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  if (health != nullptr) {
-    health->SetServingStatus(v1::Lake::service_full_name(), true);
-  }
-  Logf("serving: gRPC on unix:%s, descriptors on %s (mode %s)", grpc_path,
+  health.SetServingStatus(v1::Lake::service_full_name(), true);
+  Logf("serving: gRPC on unix:%s (%s), descriptors on %s (mode %s)", grpc_path,
+       (*acceptor)->relay() != nullptr
+           ? "relayed: descriptors sent there are dropped"
+           : "the kernel refuses descriptors sent there",
        lo.fd_socket_path, mode_text);
 
   std::unique_ptr<MetricsServer> metrics;
@@ -588,7 +607,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
   Notify(notifier, absl::StrFormat("STOPPING=1\nSTATUS=shutting down: ending "
                                    "%d sessions",
                                    ending.sessions_size()));
-  if (health != nullptr) health->SetServingStatus(false);
+  health.SetServingStatus(false);
 
   // Sessions end first (their Watch streams finish, waiting leases fail),
   // then the servers stop, then the chunks are released.

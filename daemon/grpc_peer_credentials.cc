@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "daemon/http2_refusal.h"
 #include "daemon/log.h"
 #include "daemon/untrusted_fd.h"
 #include "grpcpp/server_posix.h"
@@ -29,6 +31,14 @@ UniqueFd OpenSpare() {
 }
 
 }  // namespace
+
+absl::StatusOr<GrpcFdGuard> ParseGrpcFdGuard(absl::string_view text) {
+  if (text == "auto") return GrpcFdGuard::kAuto;
+  if (text == "passrights") return GrpcFdGuard::kPassRights;
+  if (text == "proxy") return GrpcFdGuard::kProxy;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--grpc_fd_guard=", text, ": use auto, passrights or proxy"));
+}
 
 void GrpcPeerCredentials::Record(int fd, const PeerCredentials& peer) {
   Entry e;
@@ -104,7 +114,7 @@ size_t GrpcPeerCredentials::size() const {
 
 absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> GrpcUnixAcceptor::Start(
     grpc::Server* server, UniqueFd listener, GrpcPeerCredentials* peers,
-    GrpcAcceptorLimits limits) {
+    GrpcAcceptorLimits limits, GrpcFdGuard guard) {
   if (server == nullptr || !listener.valid() || peers == nullptr) {
     return absl::InvalidArgumentError(
         "GrpcUnixAcceptor needs a server, a listening socket and a registry");
@@ -118,31 +128,54 @@ absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> GrpcUnixAcceptor::Start(
   // gRPC reads its connections itself, with no room for control messages:
   // a descriptor sent on one would be closed in gRPC's thread, whose close
   // a client can make block. The kernel refuses them instead (inherited by
-  // every connection, even those not yet accepted).
-  if (absl::Status s = RefuseDescriptors(listener.get()); !s.ok()) {
-    Warnf("gRPC socket: %s", s.message());
+  // every connection, even those not yet accepted), or the relay takes
+  // them.
+  std::unique_ptr<GrpcRelay> relay;
+  if (guard != GrpcFdGuard::kProxy) {
+    absl::Status s = RefuseDescriptors(listener.get());
+    if (!s.ok() && guard == GrpcFdGuard::kPassRights) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(s.message(),
+                       "; --grpc_fd_guard=auto or proxy relays connections "
+                       "instead"));
+    }
+    if (!s.ok()) {
+      Warnf("gRPC socket: %s; relaying every connection instead", s.message());
+      guard = GrpcFdGuard::kProxy;
+    }
+  }
+  if (guard == GrpcFdGuard::kProxy) {
+    absl::StatusOr<std::unique_ptr<GrpcRelay>> r = GrpcRelay::Start();
+    if (!r.ok()) return r.status();
+    relay = *std::move(r);
   }
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) {
     return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
-  std::unique_ptr<GrpcUnixAcceptor> a(new GrpcUnixAcceptor(
-      server, std::move(listener), std::move(wake), peers, limits));
+  std::unique_ptr<GrpcUnixAcceptor> a(
+      new GrpcUnixAcceptor(server, std::move(listener), std::move(wake), peers,
+                           limits, std::move(relay)));
   a->thread_ = std::thread([p = a.get()] { p->Loop(); });
   return a;
 }
 
 GrpcUnixAcceptor::GrpcUnixAcceptor(grpc::Server* server, UniqueFd listener,
                                    UniqueFd wake, GrpcPeerCredentials* peers,
-                                   GrpcAcceptorLimits limits)
+                                   GrpcAcceptorLimits limits,
+                                   std::unique_ptr<GrpcRelay> relay)
     : server_(server),
       listener_(std::move(listener)),
       wake_(std::move(wake)),
       peers_(peers),
       limits_(limits),
+      relay_(std::move(relay)),
       spare_(OpenSpare()) {}
 
-GrpcUnixAcceptor::~GrpcUnixAcceptor() { Stop(); }
+GrpcUnixAcceptor::~GrpcUnixAcceptor() {
+  Stop();
+  if (relay_ != nullptr) relay_->Stop();
+}
 
 void GrpcUnixAcceptor::Stop() {
   if (stopped_) return;
@@ -164,16 +197,38 @@ uint64_t GrpcUnixAcceptor::refused() const {
 }
 
 void GrpcUnixAcceptor::Loop() {
+  std::vector<pollfd> p;
   for (;;) {
-    pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    const int timeout = ExpireParked();
+    p.assign({{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}});
+    for (const Parked& k : parked_) {
+      p.push_back(
+          {k.sock.get(), static_cast<short>(k.answered ? 0 : POLLIN), 0});
+    }
+    if (::poll(p.data(), p.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       Logf("gRPC socket: poll: %s; accepting stops", std::strerror(errno));
-      return;
+      break;
     }
-    if (p[1].revents != 0) return;  // Stop
-    if (p[0].revents != 0 && !AcceptPending()) return;
+    if (p[1].revents != 0) break;  // Stop
+    // Before accepting, which may add to parked_.
+    for (size_t i = 2; i < p.size(); ++i) {
+      Parked& k = parked_[i - 2];
+      if (k.answered) {
+        // The client read the answer and left (or broke): close it now.
+        if ((p[i].revents & (POLLHUP | POLLERR)) != 0) {
+          CloseUntrusted(std::move(k.sock));
+        }
+      } else if (p[i].revents != 0) {
+        ServeParked(&k);
+      }
+    }
+    if (p[0].revents != 0 && !AcceptPending()) break;
   }
+  for (Parked& k : parked_) {
+    if (k.sock.valid()) CloseUntrusted(std::move(k.sock));
+  }
+  parked_.clear();
 }
 
 bool GrpcUnixAcceptor::AcceptPending() {
@@ -209,6 +264,22 @@ bool GrpcUnixAcceptor::AcceptPending() {
       Refuse(std::move(sock), why);
       continue;
     }
+    if (relay_ != nullptr) {
+      // gRPC gets the relay's end; the client's credentials are recorded
+      // under it.
+      absl::StatusOr<UniqueFd> served = relay_->Add(std::move(sock), *peer);
+      if (!served.ok()) {
+        uint64_t left_out = 0;
+        if (log_limit_.Allow(&left_out)) {
+          Warnf(
+              "gRPC socket: a connection of pid %d dropped: %s (%d lines "
+              "like this left out)",
+              peer->pid, served.status().message(), left_out);
+        }
+        continue;
+      }
+      sock = *std::move(served);
+    }
     // Recorded before gRPC can read a call from it.
     peers_->Record(sock.get(), *peer);
     grpc::AddInsecureChannelFromFd(server_, sock.Release());
@@ -222,7 +293,9 @@ std::string GrpcUnixAcceptor::OverLimit(const PeerCredentials& peer) {
       n >= limits_.max_connections_per_uid) {
     return absl::StrCat("uid ", peer.uid, " has ", n,
                         " gRPC connections to gmlaked open, the limit "
-                        "(--max_grpc_connections_per_uid); close some");
+                        "(--max_grpc_connections_per_uid); each client "
+                        "session holds one, so it also limits the uid's "
+                        "sessions: close some");
   }
   if (const size_t n = peers_->OpenConnections();
       n >= limits_.max_connections) {
@@ -233,31 +306,93 @@ std::string GrpcUnixAcceptor::OverLimit(const PeerCredentials& peer) {
   return "";
 }
 
-void GrpcUnixAcceptor::Refuse(UniqueFd sock, const std::string& why) {
+namespace {
+
+void SendOnce(int sock, const std::string& bytes) {
+  [[maybe_unused]] ssize_t n =
+      ::send(sock, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// Says goodbye (GOAWAY naming no stream) and closes off this thread.
+void GoAwayAndClose(UniqueFd sock, const std::string& why) {
+  SendOnce(sock.get(), Http2GoAway(0, why));
+  ::shutdown(sock.get(), SHUT_WR);
+  CloseUntrusted(std::move(sock));
+}
+
+}  // namespace
+
+void GrpcUnixAcceptor::Refuse(UniqueFd sock, const std::string& why,
+                              bool park) {
   {
     MutexLock l(&mu_);
     ++refused_;
   }
-  // HTTP/2 (RFC 9113): the server's preface, an empty SETTINGS frame, then
-  // GOAWAY (last stream 0, ENHANCE_YOUR_CALM) whose debug data gRPC
-  // clients show. One try, without waiting.
-  const std::string text = why.substr(0, 512);
-  std::string out = {0, 0, 0, 4, 0, 0, 0, 0, 0};
-  const uint32_t len = 8 + text.size();
-  out += {static_cast<char>(len >> 16),
-          static_cast<char>(len >> 8),
-          static_cast<char>(len),
-          7,
-          0,
-          0,
-          0,
-          0,
-          0};
-  out += {0, 0, 0, 0, 0, 0, 0, 0x0b};
-  out += text;
-  [[maybe_unused]] ssize_t n =
-      ::send(sock.get(), out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  CloseUntrusted(std::move(sock));
+  // HTTP/2 (RFC 9113), one try each, without waiting: the server's
+  // preface; then (http2_refusal.h) the client's first call is answered
+  // with the reason, so that the client reports it, and a GOAWAY follows.
+  SendOnce(sock.get(), Http2ServerPreface());
+  if (!park) {
+    GoAwayAndClose(std::move(sock), why);
+    return;
+  }
+  // Kept until its call comes, for at most kParkFor, and a bounded
+  // number of them: the oldest goes first.
+  if (parked_.size() >= kMaxParked) {
+    GoAwayAndClose(std::move(parked_.front().sock), parked_.front().why);
+    parked_.pop_front();
+  }
+  Parked p;
+  p.until = absl::Now() + kParkFor;
+  p.sock = std::move(sock);
+  p.why = why;
+  parked_.push_back(std::move(p));
+}
+
+void GrpcUnixAcceptor::ServeParked(Parked* p) {
+  char buf[4096];
+  for (int i = 0; i < 16 && p->finder.stream() == 0; ++i) {
+    const ssize_t n = RecvUntrusted(p->sock.get(), buf, sizeof(buf), nullptr);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) break;
+    p->finder.Feed(absl::string_view(buf, static_cast<size_t>(n)));
+    if (p->finder.broken()) break;
+  }
+  if (const uint32_t stream = p->finder.stream(); stream != 0) {
+    SendOnce(
+        p->sock.get(),
+        Http2SettingsAck() +
+            Http2GrpcTrailersOnly(
+                stream, static_cast<int>(grpc::RESOURCE_EXHAUSTED), p->why) +
+            Http2GoAway(stream, p->why));
+    ::shutdown(p->sock.get(), SHUT_WR);
+    p->answered = true;  // closed when due, once the client read it
+    return;
+  }
+  // Gone, failed, or not HTTP/2.
+  GoAwayAndClose(std::move(p->sock), p->why);
+}
+
+int GrpcUnixAcceptor::ExpireParked() {
+  const absl::Time now = absl::Now();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (it->sock.valid() && it->until > now) {
+      ++it;
+      continue;
+    }
+    if (it->sock.valid()) {
+      if (it->answered) {
+        CloseUntrusted(std::move(it->sock));
+      } else {
+        GoAwayAndClose(std::move(it->sock), it->why);
+      }
+    }
+    it = parked_.erase(it);
+  }
+  if (parked_.empty()) return -1;
+  absl::Time next = absl::InfiniteFuture();
+  for (const Parked& p : parked_) next = std::min(next, p.until);
+  return static_cast<int>(absl::ToInt64Milliseconds(next - now) + 1);
 }
 
 void GrpcUnixAcceptor::OutOfDescriptors(int err) {
@@ -271,7 +406,8 @@ void GrpcUnixAcceptor::OutOfDescriptors(int err) {
       Refuse(std::move(sock),
              absl::StrCat("gmlaked is out of descriptors (", std::strerror(err),
                           "); try again later, or raise LimitNOFILE= of "
-                          "gmlaked.service"));
+                          "gmlaked.service"),
+             /*park=*/false);
     }
   }
   uint64_t left_out = 0;

@@ -27,6 +27,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,9 +37,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/fd_passing.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
+#include "daemon/grpc_relay.h"
+#include "daemon/http2_refusal.h"
 #include "daemon/log.h"
 #include "grpcpp/grpcpp.h"
 
@@ -88,6 +92,13 @@ struct GrpcAcceptorLimits {
   size_t max_connections = 1024;
 };
 
+// How the gRPC socket keeps clients' descriptors from gRPC (grpc_relay.h):
+// the kernel refuses them (SO_PASSRIGHTS, Linux 6.16), a relay takes them,
+// or the first that works.
+enum class GrpcFdGuard { kAuto, kPassRights, kProxy };
+// "auto", "passrights", "proxy"; InvalidArgument naming them otherwise.
+absl::StatusOr<GrpcFdGuard> ParseGrpcFdGuard(absl::string_view text);
+
 // Accepts connections on a listening Unix socket and serves them with a
 // grpc::Server built without listening ports, recording each connection's
 // credentials first.
@@ -96,11 +107,14 @@ class GrpcUnixAcceptor {
   // Starts the accepting thread. `server` and `peers` must outlive the
   // acceptor; `listener` comes from ListenUnix.
   // Descriptors sent on the listener's connections are refused by the
-  // kernel (RefuseDescriptors; logged when the kernel cannot).
+  // kernel (RefuseDescriptors) or, where it cannot (kAuto) or when asked
+  // (kProxy), taken by a GrpcRelay in front of every connection; kPassRights
+  // fails where the kernel cannot.
   static absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> Start(
       grpc::Server* server, UniqueFd listener, GrpcPeerCredentials* peers,
-      GrpcAcceptorLimits limits = {});
-  // Stop().
+      GrpcAcceptorLimits limits = {}, GrpcFdGuard guard = GrpcFdGuard::kAuto);
+  // Stop(), then ends the relay's connections: destroy it once the server
+  // has shut down.
   ~GrpcUnixAcceptor();
   GrpcUnixAcceptor(const GrpcUnixAcceptor&) = delete;
   GrpcUnixAcceptor& operator=(const GrpcUnixAcceptor&) = delete;
@@ -113,29 +127,53 @@ class GrpcUnixAcceptor {
   // out of descriptors).
   uint64_t accepted() const;
   uint64_t refused() const;
+  // The relay in front of the connections; null when the kernel refuses
+  // descriptors.
+  const GrpcRelay* relay() const { return relay_.get(); }
 
  private:
   GrpcUnixAcceptor(grpc::Server* server, UniqueFd listener, UniqueFd wake,
-                   GrpcPeerCredentials* peers, GrpcAcceptorLimits limits);
+                   GrpcPeerCredentials* peers, GrpcAcceptorLimits limits,
+                   std::unique_ptr<GrpcRelay> relay);
   void Loop();
   // Accepts every pending connection; false once the listener failed.
   bool AcceptPending();
   // Why a connection of `peer` is refused, or "" to serve it.
   std::string OverLimit(const PeerCredentials& peer);
   // Tells the client why in an HTTP/2 GOAWAY (gRPC shows its text) and
-  // closes the connection.
-  void Refuse(UniqueFd sock, const std::string& why);
+  // closes the connection: a second later if `park` (so that the client
+  // reads it), at once otherwise (out of descriptors).
+  void Refuse(UniqueFd sock, const std::string& why, bool park = true);
   // At the descriptor limit: refuses one connection with the spare
   // descriptor; false when accepting should pause.
   void OutOfDescriptors(int err);
+  // A refused connection kept until its first call is answered.
+  struct Parked {
+    absl::Time until;
+    UniqueFd sock;  // invalid once closed
+    std::string why;
+    FirstStreamFinder finder;
+    bool answered = false;
+  };
+  // Reads what a parked connection sent; answers its first call.
+  void ServeParked(Parked* p);
+  // Closes the refused connections kept long enough; the poll timeout
+  // until the next one is due (-1: none).
+  int ExpireParked();
+
+  static constexpr size_t kMaxParked = 64;
+  static constexpr absl::Duration kParkFor = absl::Seconds(1);
 
   grpc::Server* const server_;
   UniqueFd listener_;
   UniqueFd wake_;  // eventfd: Stop
   GrpcPeerCredentials* const peers_;
   const GrpcAcceptorLimits limits_;
+  std::unique_ptr<GrpcRelay> relay_;
   // Owned by the accepting thread.
   UniqueFd spare_;  // given up at EMFILE to accept and refuse
+  // Refused connections, half-closed, until they are closed.
+  std::deque<Parked> parked_;
   LogRateLimit log_limit_{absl::Seconds(1)};
   std::thread thread_;
   bool stopped_ = false;

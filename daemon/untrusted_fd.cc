@@ -201,6 +201,37 @@ void CloseUntrusted(std::vector<UniqueFd> fds) {
   for (UniqueFd& fd : fds) CloseUntrusted(std::move(fd));
 }
 
+ssize_t RecvUntrusted(int sock, char* buf, size_t n, size_t* descriptors) {
+  constexpr size_t kScmMaxFd = 253;
+  alignas(cmsghdr) char control[CMSG_SPACE(kScmMaxFd * sizeof(int))];
+  iovec iov{buf, n};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t got;
+  do {
+    got = ::recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (got < 0 && errno == EINTR);
+  size_t count = 0;
+  if (got >= 0) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+         c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        CloseUntrusted(UniqueFd(fd));
+        ++count;
+      }
+    }
+  }
+  if (descriptors != nullptr) *descriptors = count;
+  return got;
+}
+
 uint64_t UntrustedClosesPending() { return Closer::Get().pending(); }
 
 absl::Status RefuseDescriptors(int sock) {

@@ -20,14 +20,16 @@
 //    on sockets; the closer receives what a Unix socket's unread messages
 //    carry and turns their linger off too, so that even it rarely waits.
 //    It is never joined, so SIGTERM does not wait for it either.
-//  - gRPC connections cannot carry descriptors at all (RefuseDescriptors,
-//    SO_PASSRIGHTS on the listening socket: the kernel refuses the
-//    sendmsg).
+//  - gRPC connections cannot carry descriptors to gRPC at all
+//    (RefuseDescriptors, SO_PASSRIGHTS on the listening socket: the kernel
+//    refuses the sendmsg; where it cannot, GrpcRelay in grpc_relay.h takes
+//    them and hands them to CloseUntrusted).
 
 #ifndef GMLAKE_DAEMON_UNTRUSTED_FD_H_
 #define GMLAKE_DAEMON_UNTRUSTED_FD_H_
 
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -67,6 +69,12 @@ absl::Status CheckChunkDescriptors(absl::Span<const UniqueFd> fds);
 // a socket), never on the caller's.
 void CloseUntrusted(UniqueFd fd);
 void CloseUntrusted(std::vector<UniqueFd> fds);
+
+// recv(2) of up to `n` bytes from a client's socket, without waiting, with
+// room for control messages: descriptors that came with the bytes go to
+// CloseUntrusted (a plain recv would have the kernel close them on the
+// caller's thread). *descriptors, if given, counts them.
+ssize_t RecvUntrusted(int sock, char* buf, size_t n, size_t* descriptors);
 
 // Descriptors handed to CloseUntrusted and not closed yet.
 uint64_t UntrustedClosesPending();

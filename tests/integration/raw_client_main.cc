@@ -42,7 +42,15 @@
 //   lease_many_status  -> ok <answered so far>
 //   lease_many_wait    -> ok <granted> <refused> <refused for waiting too
 //                         many (--max_waiting_leases*)>
+//   health_watches N C opens N health Watch streams (grpc.health.v1), C to
+//                      a connection of their own, and waits for each to
+//                      answer or fail; those answered stay open
+//                                  -> ok <answered> <refused> <a refusal>
+//   health_watches_end cancels them                        -> ok
 //   quit               exit 0 (the session ends with the process)
+//
+// --rpc_timeout bounds each call's own time: OpenSession (with the
+// connection), Lease, Return and each fd-socket reply (bind, claim).
 //
 // Held chunks are mapped with mmap, as an attacker would map a memfd.
 
@@ -73,13 +81,18 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/fd_passing.h"
 #include "common/unique_fd.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/protocol.h"
 
 ABSL_FLAG(std::string, socket, "", "gmlaked's gRPC socket.");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::ZeroDuration(),
+          "Deadline of each call (0: 10 s, leases 60 s).");
 ABSL_FLAG(std::string, name, "raw_client", "Session name.");
 ABSL_FLAG(int, uid, -1, "Drop to this uid (and gid) before connecting.");
 
@@ -99,9 +112,17 @@ void Answer(const absl::StatusOr<std::string>& r) {
             << std::endl;
 }
 
+// Now plus --rpc_timeout, or `otherwise` where it is 0.
+std::chrono::system_clock::time_point Deadline(absl::Duration otherwise) {
+  const absl::Duration t = absl::GetFlag(FLAGS_rpc_timeout);
+  return absl::ToChronoTime(absl::Now() +
+                            (t > absl::ZeroDuration() ? t : otherwise));
+}
+
 class RawClient {
  public:
   absl::Status Connect(const std::string& socket, const std::string& name) {
+    socket_ = socket;
     channel_ = grpc::CreateChannel("unix:" + socket,
                                    grpc::InsecureChannelCredentials());
     stub_ = v1::Lake::NewStub(channel_);
@@ -111,8 +132,7 @@ class RawClient {
     req.set_protocol_version(ProtocolVersion());
     v1::OpenSessionResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
+    ctx.set_deadline(Deadline(absl::Seconds(10)));
     absl::Status s = FromGrpc(stub_->OpenSession(&ctx, req, &resp));
     if (!s.ok()) return s;
     session_ = resp.session_id();
@@ -122,7 +142,11 @@ class RawClient {
     absl::StatusOr<UniqueFd> fd = ConnectUnix(resp.fd_socket());
     if (!fd.ok()) return fd.status();
     fd_ = *std::move(fd);
-    const timeval tv{10, 0};
+    const absl::Duration wait =
+        absl::GetFlag(FLAGS_rpc_timeout) > absl::ZeroDuration()
+            ? absl::GetFlag(FLAGS_rpc_timeout)
+            : absl::Seconds(10);
+    const timeval tv = absl::ToTimeval(wait);
     ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     v1::FdRequest bind;
     bind.set_session_id(session_);
@@ -180,6 +204,7 @@ class RawClient {
       for (uint64_t id : ids) req.add_chunk_ids(id);
       v1::ReturnResponse resp;
       grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline(absl::Seconds(60)));
       absl::Status s = FromGrpc(stub_->Return(&ctx, req, &resp));
       if (!s.ok()) return s;
       for (uint64_t id : ids) Drop(id);
@@ -276,6 +301,11 @@ class RawClient {
       return absl::StrCat(many_granted_.load(), " ", many_refused_.load(), " ",
                           many_capped_.load());
     }
+    if (cmd == "health_watches") return HealthWatches(arg(1), arg(2));
+    if (cmd == "health_watches_end") {
+      EndHealthWatches();
+      return std::string();
+    }
     if (cmd == "flood_status") {
       pollfd p{flood_sock_, POLLRDHUP, 0};
       const bool closed =
@@ -294,9 +324,69 @@ class RawClient {
     flood_stop_ = true;
     for (std::thread& t : flood_threads_) t.join();
     for (std::thread& t : many_) t.join();
+    EndHealthWatches();
   }
 
  private:
+  absl::StatusOr<std::string> HealthWatches(uint64_t n, uint64_t per_conn) {
+    if (!health_threads_.empty()) {
+      return absl::FailedPreconditionError("watching health already");
+    }
+    if (per_conn == 0) return absl::InvalidArgumentError("health_watches N C");
+    for (uint64_t i = 0; i < n; i += per_conn) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
+      health_channels_.push_back(grpc::CreateCustomChannel(
+          "unix:" + socket_, grpc::InsecureChannelCredentials(), args));
+    }
+    {
+      absl::MutexLock l(&health_mu_);
+      health_answered_ = health_refused_ = 0;
+      health_refusal_.clear();
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      health_ctx_.push_back(std::make_unique<grpc::ClientContext>());
+      grpc::ClientContext* ctx = health_ctx_.back().get();
+      std::shared_ptr<grpc::Channel> channel = health_channels_[i / per_conn];
+      health_threads_.emplace_back([this, ctx, channel] {
+        auto stub = grpc::health::v1::Health::NewStub(channel);
+        grpc::health::v1::HealthCheckRequest req;
+        auto reader = stub->Watch(ctx, req);
+        grpc::health::v1::HealthCheckResponse r;
+        if (reader->Read(&r)) {
+          {
+            absl::MutexLock l(&health_mu_);
+            ++health_answered_;
+          }
+          while (reader->Read(&r)) {
+          }
+          reader->Finish().IgnoreError();
+          return;
+        }
+        grpc::Status s = reader->Finish();
+        absl::MutexLock l(&health_mu_);
+        ++health_refused_;
+        if (health_refusal_.empty()) health_refusal_ = s.error_message();
+      });
+    }
+    absl::MutexLock l(&health_mu_);
+    auto all_in = [this, n] {
+      health_mu_.AssertHeld();
+      return health_answered_ + health_refused_ >= n;
+    };
+    health_mu_.Await(absl::Condition(&all_in));
+    return absl::StrCat(health_answered_, " ", health_refused_, " ",
+                        health_refusal_);
+  }
+
+  void EndHealthWatches() {
+    for (auto& c : health_ctx_) c->TryCancel();
+    for (std::thread& t : health_threads_) t.join();
+    health_threads_.clear();
+    health_ctx_.clear();
+    health_channels_.clear();
+  }
+
   // ReportUsage, with the figures of the last `usage D U C` if `figures`.
   absl::Status SendUsage(bool figures) {
     v1::ReportUsageRequest req;
@@ -358,8 +448,7 @@ class RawClient {
     req.set_chunk_count(count);
     v1::LeaseResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(60));
+    ctx.set_deadline(Deadline(absl::Seconds(60)));
     absl::Status s = FromGrpc(stub_->Lease(&ctx, req, &resp));
     if (!s.ok()) return s;
     return resp;
@@ -469,6 +558,14 @@ class RawClient {
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Lake::Stub> stub_;
+  std::string socket_;
+  std::vector<std::shared_ptr<grpc::Channel>> health_channels_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> health_ctx_;
+  std::vector<std::thread> health_threads_;
+  absl::Mutex health_mu_;
+  uint64_t health_answered_ ABSL_GUARDED_BY(health_mu_) = 0;
+  uint64_t health_refused_ ABSL_GUARDED_BY(health_mu_) = 0;
+  std::string health_refusal_ ABSL_GUARDED_BY(health_mu_);
   uint64_t session_ = 0;
   std::string token_;
   size_t chunk_size_ = 0;
