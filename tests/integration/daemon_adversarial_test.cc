@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace testing {
@@ -660,7 +661,7 @@ TEST_F(Adversarial, ThousandsOfSessions) {
     ctxs.push_back(std::make_unique<grpc::ClientContext>());
     // A guard: the daemon must finish these streams itself.
     ctxs.back()->set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+        absl::ToChronoTime(absl::Now() + testing::Scaled(absl::Seconds(30))));
     v1::WatchRequest w;
     w.set_session_id(sessions[i].id);
     w.set_token(sessions[i].token);
@@ -680,7 +681,7 @@ TEST_F(Adversarial, ThousandsOfSessions) {
       [](const v1::StatusResponse& s) {
         return s.sessions_size() == 0 && s.devices(0).leased_chunks() == 0;
       },
-      absl::Seconds(10));
+      testing::Scaled(absl::Seconds(10)));
   ASSERT_OK(st);
   // The daemon finished every Watch stream when its session ended.
   for (auto& w : watches) {

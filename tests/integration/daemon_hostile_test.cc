@@ -37,6 +37,7 @@
 #include "proto/health.grpc.pb.h"
 #include "proto/protocol.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace testing {
@@ -49,8 +50,9 @@ constexpr int kLingerSeconds = 8;
 // The target: while an attack runs, each call of another uid
 // succeeds within 1 s. Each call carries that deadline itself (raw_client
 // --rpc_timeout, gmlakectl --timeout), so only its own time counts, and a
-// late call fails: nothing retries it.
-constexpr absl::Duration kServed = absl::Seconds(1);
+// late call fails: nothing retries it. (Scaled for sanitizer builds, which
+// run the daemon 5-15 times slower.)
+const absl::Duration kServed = testing::Scaled(absl::Seconds(1));
 
 // The header of a framed message (common/fd_passing.h) announcing
 // `payload` bytes and one descriptor.
@@ -140,7 +142,8 @@ class Hostile : public ::testing::TestWithParam<std::string> {
   }
 
   void ExpectQuickSigterm() {
-    absl::StatusOr<int> code = daemon_->Stop(SIGTERM, absl::Seconds(2));
+    absl::StatusOr<int> code =
+        daemon_->Stop(SIGTERM, testing::Scaled(absl::Seconds(2)));
     EXPECT_TRUE(code.ok()) << "SIGTERM did not end gmlaked within 2 s: "
                            << code.status() << "\n"
                            << daemon_->Log();
