@@ -221,7 +221,7 @@ absl::Status HostBackend::DoDestroyEvent(EventHandle event) {
 }
 
 void HostBackend::SetCaptured(StreamHandle stream, bool captured) {
-  absl::MutexLock lock(&capture_mu_);
+  MutexLock lock(&capture_mu_);
   auto it = std::find(captured_.begin(), captured_.end(), stream);
   if (captured && it == captured_.end()) captured_.push_back(stream);
   if (!captured && it != captured_.end()) captured_.erase(it);
@@ -229,7 +229,7 @@ void HostBackend::SetCaptured(StreamHandle stream, bool captured) {
 
 absl::Status HostBackend::CheckCapture(StreamHandle stream, bool any,
                                        const char* call) {
-  absl::MutexLock lock(&capture_mu_);
+  MutexLock lock(&capture_mu_);
   if (captured_.empty()) return absl::OkStatus();
   if (!any && std::find(captured_.begin(), captured_.end(), stream) ==
                   captured_.end()) {

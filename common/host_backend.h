@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "common/vmm.h"
 #include "common/vmm_books.h"
 
@@ -140,7 +141,7 @@ class HostBackend : public VmmBackend {
   absl::Status CheckCapture(StreamHandle stream, bool any, const char* call);
 
   VmmBooks books_;
-  absl::Mutex capture_mu_;
+  Mutex capture_mu_;  // common/mutex.h: seen by ThreadSanitizer
   std::vector<StreamHandle> captured_ ABSL_GUARDED_BY(capture_mu_);
   std::atomic<uint64_t> capture_violations_{0};
   const std::string note_;

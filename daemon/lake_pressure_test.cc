@@ -74,20 +74,22 @@ class Client {
     return ids_.size();
   }
   size_t requests() {
-    absl::MutexLock l(&queue_->mu);
+    MutexLock l(&queue_->mu);
     return queue_->received;
   }
   void Stop() {
     {
-      absl::MutexLock l(&queue_->mu);
+      MutexLock l(&queue_->mu);
       queue_->stop = true;
+      queue_->changed.SignalAll();
     }
     if (thread_.joinable()) thread_.join();
   }
 
  private:
   struct Queue {
-    absl::Mutex mu;
+    Mutex mu;  // common/mutex.h: seen by ThreadSanitizer
+    CondVar changed;
     std::deque<Pressure> requests;
     size_t received = 0;
     bool stop = false;
@@ -96,9 +98,10 @@ class Client {
    public:
     explicit Sink(std::shared_ptr<Queue> q) : q_(std::move(q)) {}
     void Send(const Pressure& p) override {
-      absl::MutexLock l(&q_->mu);
+      MutexLock l(&q_->mu);
       q_->requests.push_back(p);
       ++q_->received;
+      q_->changed.SignalAll();
     }
     void Close(const absl::Status&) override {}
 
@@ -110,11 +113,10 @@ class Client {
     for (;;) {
       Pressure p;
       {
-        absl::MutexLock l(&queue_->mu);
-        auto ready = [this] {
-          return queue_->stop || !queue_->requests.empty();
-        };
-        queue_->mu.Await(absl::Condition(&ready));
+        MutexLock l(&queue_->mu);
+        while (!queue_->stop && queue_->requests.empty()) {
+          queue_->changed.Wait(&queue_->mu);
+        }
         if (queue_->stop) return;
         p = queue_->requests.front();
         queue_->requests.pop_front();
@@ -136,7 +138,7 @@ class Client {
       case Answer::kSlow:
         for (uint64_t n = (p.bytes + kChunk - 1) / kChunk; n > 0; --n) {
           {
-            absl::MutexLock l(&queue_->mu);
+            MutexLock l(&queue_->mu);
             if (queue_->stop) return;
           }
           absl::SleepFor(step_);

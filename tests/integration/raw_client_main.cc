@@ -84,6 +84,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/fd_passing.h"
+#include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
@@ -254,7 +255,7 @@ class RawClient {
         u.set_device(static_cast<int>(arg(1)));
         u.set_used_bytes(arg(2));
         u.set_cached_bytes(arg(3));
-        absl::MutexLock l(&watch_mu_);
+        MutexLock l(&watch_mu_);
         usage_ = u;
       }
       absl::Status s = SendUsage(w.size() == 4);
@@ -340,7 +341,7 @@ class RawClient {
           "unix:" + socket_, grpc::InsecureChannelCredentials(), args));
     }
     {
-      absl::MutexLock l(&health_mu_);
+      MutexLock l(&health_mu_);
       health_answered_ = health_refused_ = 0;
       health_refusal_.clear();
     }
@@ -355,8 +356,9 @@ class RawClient {
         grpc::health::v1::HealthCheckResponse r;
         if (reader->Read(&r)) {
           {
-            absl::MutexLock l(&health_mu_);
+            MutexLock l(&health_mu_);
             ++health_answered_;
+            health_changed_.SignalAll();
           }
           while (reader->Read(&r)) {
           }
@@ -364,17 +366,16 @@ class RawClient {
           return;
         }
         grpc::Status s = reader->Finish();
-        absl::MutexLock l(&health_mu_);
+        MutexLock l(&health_mu_);
         ++health_refused_;
         if (health_refusal_.empty()) health_refusal_ = s.error_message();
+        health_changed_.SignalAll();
       });
     }
-    absl::MutexLock l(&health_mu_);
-    auto all_in = [this, n] {
-      health_mu_.AssertHeld();
-      return health_answered_ + health_refused_ >= n;
-    };
-    health_mu_.Await(absl::Condition(&all_in));
+    MutexLock l(&health_mu_);
+    while (health_answered_ + health_refused_ < n) {
+      health_changed_.Wait(&health_mu_);
+    }
     return absl::StrCat(health_answered_, " ", health_refused_, " ",
                         health_refusal_);
   }
@@ -393,7 +394,7 @@ class RawClient {
     req.set_session_id(session_);
     req.set_token(token_);
     if (figures) {
-      absl::MutexLock l(&watch_mu_);
+      MutexLock l(&watch_mu_);
       *req.add_usage() = usage_;
     }
     v1::ReportUsageResponse resp;
@@ -428,7 +429,7 @@ class RawClient {
     return std::string();
   }
 
-  absl::Mutex watch_mu_;
+  Mutex watch_mu_;  // common/mutex.h: seen by ThreadSanitizer
   v1::DeviceUsage usage_ ABSL_GUARDED_BY(watch_mu_);
   std::unique_ptr<grpc::ClientContext> watch_ctx_;
   std::unique_ptr<grpc::ClientReader<v1::PressureRequest>> watch_reader_;
@@ -562,7 +563,8 @@ class RawClient {
   std::vector<std::shared_ptr<grpc::Channel>> health_channels_;
   std::vector<std::unique_ptr<grpc::ClientContext>> health_ctx_;
   std::vector<std::thread> health_threads_;
-  absl::Mutex health_mu_;
+  Mutex health_mu_;
+  CondVar health_changed_;
   uint64_t health_answered_ ABSL_GUARDED_BY(health_mu_) = 0;
   uint64_t health_refused_ ABSL_GUARDED_BY(health_mu_) = 0;
   std::string health_refusal_ ABSL_GUARDED_BY(health_mu_);
