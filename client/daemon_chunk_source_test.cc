@@ -345,7 +345,9 @@ TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
 // received (what it must do on the cuda backend, whose driver will not
 // export an imported handle again); without, it exports them anew.
 void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors) {
-  t->Start({"--capacity=16MiB"});
+  // No idle release: what is free once the session ends stays to be
+  // counted (with no session open it would go back at the next wake).
+  t->Start({"--capacity=16MiB", "--release_idle=0"});
   std::unique_ptr<DaemonChunkSource> s =
       t->Connect(kChunk, "t", absl::Milliseconds(100), keep_descriptors);
   absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);

@@ -47,6 +47,7 @@
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "common/vmm.h"
+#include "tests/time_scale.h"
 #include "tools/trace.h"
 
 ABSL_FLAG(std::string, socket, "", "gmlaked's gRPC socket.");
@@ -129,6 +130,9 @@ int Main() {
   DaemonSourceOptions o;
   o.socket_path = absl::GetFlag(FLAGS_socket);
   o.name = absl::StrCat("trace ", trace->name);
+  // Ten of these start beside a restarting gmlaked: under a sanitizer a
+  // connect takes longer than users' 2 s.
+  o.connect_timeout = testing::Scaled(o.connect_timeout);
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
   if (!src.ok()) return Fail(src.status());
