@@ -19,15 +19,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/unique_fd.h"
@@ -403,14 +406,37 @@ void EndFlood(Flood* f) {
   ::waitpid(f->pid, &status, 0);
 }
 
+// The daemon's resident memory (/proc/PID/status VmRSS), in bytes.
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    uint64_t kib = 0;
+    if (absl::StartsWith(line, "VmRSS:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(
+                             absl::StripPrefix(line, "VmRSS:"), "kB")),
+                         &kib)) {
+      return kib << 10;
+    }
+  }
+  return 0;
+}
+
 // One uid used to hold 19,790 idle gRPC connections, until no session
 // opened for anyone. Connections beyond --max_grpc_connections_per_uid are
 // refused, with a GOAWAY that names the limit.
 TEST_P(Hostile, GrpcConnectionsPerUidAreCapped) {
   StartDaemon({"--capacity=16MiB", "--precreate=16MiB",
                "--max_grpc_connections_per_uid=16"});
-  Flood f = StartFlood(65534, daemon_->socket(), 200);
+  const uint64_t rss_before = ResidentBytes(daemon_->pid());
+  Flood f = StartFlood(65534, daemon_->socket(), 800);
   const std::string report = ReadReport(&f);
+  // Memory stays bounded while the flood holds what it could open (20,000
+  // connections once grew it by 242 MB; 800 refused ones must not).
+  const uint64_t rss_during = ResidentBytes(daemon_->pid());
+  EXPECT_GT(rss_before, 0u);
+  EXPECT_LT(rss_during, rss_before + (uint64_t{64} << 20))
+      << rss_before << " -> " << rss_during;
   int open = -1;
   ASSERT_TRUE(absl::SimpleAtoi(report.substr(0, report.find(' ')), &open))
       << report;
