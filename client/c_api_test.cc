@@ -84,6 +84,63 @@ TEST(CApiTest, PrivatePoolsRouteReleaseAndReturnMemory) {
   gmlake_shutdown();
 }
 
+// What a native PyTorch door reads for getPoolUseCount (MemPool.use_count).
+TEST(CApiTest, PoolUseCountFollowsReferences) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 0);  // unknown
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 5), 0);
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 2);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 1);
+  EXPECT_GE(gmlake_pool_release(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(9, 0, 5), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("9"), std::string::npos);
+  gmlake_shutdown();
+}
+
+// PyTorch's DeviceStats, filled from the C API: the same figures as the
+// JSON, split by pool, and a caller built against another layout refused.
+TEST(CApiTest, DeviceStatsInPyTorchsShape) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  void* p = gmlake_malloc(3 << 20, 0, 0);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  gmlake_device_stats st;
+  std::memset(&st, 0xff, sizeof(st));
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0)
+      << gmlake_last_error();
+  EXPECT_EQ(st.allocation[GMLAKE_STAT_ALL].current, 1);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current,
+            st.allocated_bytes[GMLAKE_STAT_SMALL].current +
+                st.allocated_bytes[GMLAKE_STAT_LARGE].current);
+  EXPECT_EQ(st.requested_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_GE(st.reserved_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_EQ(st.cached_free_bytes,
+            st.reserved_bytes[GMLAKE_STAT_ALL].current -
+                st.allocated_bytes[GMLAKE_STAT_ALL].current);
+  EXPECT_GE(st.num_device_alloc, 1);
+  EXPECT_EQ(st.num_ooms, 0);
+  ASSERT_EQ(gmlake_free(p), 0);
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current, 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].freed, 3 << 20);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].peak, 3 << 20);
+  EXPECT_EQ(st.cached_free_bytes, st.reserved_bytes[GMLAKE_STAT_ALL].current);
+  ASSERT_EQ(gmlake_reset_peaks(0), 0);
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].peak, 0);
+  EXPECT_EQ(gmlake_get_device_stats(0, &st, sizeof(st) - 8), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("rebuild"),
+            std::string::npos);
+  EXPECT_EQ(gmlake_get_device_stats(7, &st, sizeof(st)), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("7"), std::string::npos);
+  gmlake_shutdown();
+}
+
 TEST(CApiTest, TorchSignaturesAndCapacity) {
   ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,capacity:8MiB"),
             0)

@@ -100,6 +100,8 @@ class DeviceAllocator {
   uint64_t ReleasePool(MempoolId id);
   // The live allocations of pool `id` (empty for an unknown id).
   std::vector<DevicePtr> PoolLivePointers(MempoolId id) const;
+  // References held on pool `id` (0 for an unknown or released id).
+  int PoolUseCount(MempoolId id) const;
   // Bytes held by pool `id`: allocated and free.
   uint64_t PoolReservedBytes(MempoolId id) const;
 

@@ -79,6 +79,11 @@ std::vector<DevicePtr> DeviceAllocator::PoolLivePointers(MempoolId id) const {
   return out;
 }
 
+int DeviceAllocator::PoolUseCount(MempoolId id) const {
+  MutexLock lock(&mu_);
+  return mempools_.use_count(id);
+}
+
 uint64_t DeviceAllocator::PoolReservedBytes(MempoolId id) const {
   MutexLock lock(&mu_);
   std::optional<uint32_t> tag = mempools_.TagOf(id);

@@ -99,6 +99,42 @@ int64_t gmlake_pool_release(int device, uint64_t id0, uint64_t id1);
  * there are (more than `n`: call again with room), -1 on failure. */
 int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
                          size_t n);
+/* How many references (graphs, MemPools) hold the pool: 0 when unknown or
+ * released; -1 on failure. */
+int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);
+
+/* One statistic as PyTorch keeps it (c10::CachingAllocator::Stat). */
+typedef struct gmlake_stat {
+  int64_t current, peak, allocated, freed;
+} gmlake_stat;
+/* The index of each gmlake_stat[3]: PyTorch's StatType order. */
+enum { GMLAKE_STAT_ALL = 0, GMLAKE_STAT_SMALL = 1, GMLAKE_STAT_LARGE = 2 };
+/* One device's statistics in the shape of PyTorch's DeviceStats, for a
+ * native door (client/python/gmlake/_torch_allocator.cc) that has no JSON
+ * parser. docs/stats.md says what each means under gmlake. */
+typedef struct gmlake_device_stats {
+  gmlake_stat allocation[3];
+  gmlake_stat segment[3];
+  gmlake_stat active[3];
+  gmlake_stat inactive_split[3];
+  gmlake_stat allocated_bytes[3];
+  gmlake_stat reserved_bytes[3];
+  gmlake_stat active_bytes[3];
+  gmlake_stat inactive_split_bytes[3];
+  gmlake_stat requested_bytes[3];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_sync_all_streams;
+  int64_t num_device_alloc; /* chunks taken from the lake */
+  int64_t num_device_free;  /* chunks given back */
+  /* Bytes held but not handed out (reserved - allocated): what a request
+   * can have without asking the lake, stitched from any free block. */
+  int64_t cached_free_bytes;
+} gmlake_device_stats;
+/* Fills `*out` for `device`; `out_size` is sizeof(gmlake_device_stats) as
+ * the caller was compiled (a mismatch fails, naming both sizes). */
+int gmlake_get_device_stats(int device, gmlake_device_stats* out,
+                            size_t out_size);
 
 /* The signatures torch.cuda.memory.CUDAPluggableAllocator expects.
  *

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -291,6 +292,57 @@ int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
     ptrs[i] = reinterpret_cast<void*>(live[i]);
   }
   return static_cast<int64_t>(live.size());
+}
+
+int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  return d->PoolUseCount({id0, id1});
+}
+
+namespace {
+void CopyStat(const gmlake::StatPair& from, gmlake_stat* to) {
+  to->current = from.current;
+  to->peak = from.peak;
+  to->allocated = from.allocated;
+  to->freed = from.freed;
+}
+
+void CopyPooled(const gmlake::PooledStat& from, gmlake_stat* to) {
+  CopyStat(from, &to[GMLAKE_STAT_ALL]);
+  CopyStat(from.small, &to[GMLAKE_STAT_SMALL]);
+  CopyStat(from.large, &to[GMLAKE_STAT_LARGE]);
+}
+}  // namespace
+
+int gmlake_get_device_stats(int device, gmlake_device_stats* out,
+                            size_t out_size) {
+  if (out == nullptr || out_size != sizeof(gmlake_device_stats)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "gmlake_get_device_stats: the caller's gmlake_device_stats is ",
+        out_size, " bytes, this libgmlake's ", sizeof(gmlake_device_stats),
+        "; rebuild the caller against this gmlake.h")));
+  }
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  const gmlake::AllocatorStats st = d->stats();
+  CopyPooled(st.allocation, out->allocation);
+  CopyPooled(st.segment, out->segment);
+  CopyPooled(st.active, out->active);
+  CopyPooled(st.inactive_split, out->inactive_split);
+  CopyPooled(st.allocated_bytes, out->allocated_bytes);
+  CopyPooled(st.reserved_bytes, out->reserved_bytes);
+  CopyPooled(st.active_bytes, out->active_bytes);
+  CopyPooled(st.inactive_split_bytes, out->inactive_split_bytes);
+  CopyPooled(st.requested_bytes, out->requested_bytes);
+  out->num_alloc_retries = st.num_alloc_retries;
+  out->num_ooms = st.num_ooms;
+  out->num_sync_all_streams = st.num_sync_all_streams;
+  out->num_device_alloc = st.chunks_acquired;
+  out->num_device_free = st.chunks_returned;
+  out->cached_free_bytes = std::max<int64_t>(
+      0, st.reserved_bytes.current - st.allocated_bytes.current);
+  return 0;
 }
 
 uint64_t gmlake_empty_cache(void) {
