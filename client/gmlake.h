@@ -88,7 +88,10 @@ const char* gmlake_describe(void);
  * its free memory to the lake (the bytes; -1 on failure), and blocks still
  * live follow when freed. `filter` is called under gmlake's lock for each
  * malloc while the route is open: it must not call gmlake; `ctx` must live
- * until gmlake_pool_end_allocate. */
+ * until gmlake_pool_end_allocate. gmlake_pool_begin_allocate takes a
+ * reference only on a pool it does not know; PyTorch's beginAllocateToPool
+ * always takes one (releasePool drops it), so a PyTorch door calls
+ * gmlake_pool_create_or_incref first. */
 typedef int (*gmlake_stream_filter)(void* ctx, uint64_t stream);
 int gmlake_pool_create_or_incref(int device, uint64_t id0, uint64_t id1);
 int gmlake_pool_begin_allocate(int device, uint64_t id0, uint64_t id1,
