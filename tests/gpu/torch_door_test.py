@@ -21,6 +21,8 @@ natively and under GMLake (issue 18), each test in its own process.
                            getDeviceStats agrees with GMLake's own figures
   oom_observer             torch.OutOfMemoryError and
                            _cuda_attach_out_of_memory_observer
+  profiler_memory          torch.profiler(profile_memory=True) sees a 4 MiB
+                           CUDA allocation
   cudnn_conv               cudnn.benchmark conv2d forward+backward against
                            the CPU (cuDNN sizes workspaces by cacheInfo)
   ipc_share                torch.multiprocessing (spawn): a child adds 1 to a
@@ -256,6 +258,20 @@ def oom_observer(torch):
     return {"observer_calls": len(seen)}
 
 
+def profiler_memory(torch):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 profile_memory=True) as prof:
+        x = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        del x
+
+    def usage(e):
+        return getattr(e, "device_memory_usage", None) or getattr(e, "cuda_memory_usage", 0) or 0
+    most = max((usage(e) for e in prof.events()), default=0)
+    assert most >= 4 * MiB, "the profiler saw at most %d bytes of CUDA memory" % most
+    return {"most": most}
+
+
 def cudnn_conv(torch):
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
@@ -328,7 +344,7 @@ def compile_reduce_overhead(torch):
 
 
 TESTS = [graph_capture_simple, graph_training_sgd, make_graphed_callables, graph_side_stream,
-         mempool, memory_stats, oom_observer, cudnn_conv, ipc_share, compile_reduce_overhead]
+         mempool, memory_stats, oom_observer, profiler_memory, cudnn_conv, ipc_share, compile_reduce_overhead]
 
 
 def _run_one(name):

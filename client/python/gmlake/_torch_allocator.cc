@@ -156,6 +156,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
 
   void Free(void* ptr) {
     if (ptr == nullptr) return;
+    if (profiled_.load(std::memory_order_relaxed)) Unprofile(ptr);
     RelaxedCapture relaxed(routes_open_.load(std::memory_order_relaxed) > 0);
     if (api_.free(ptr) != 0) {
       std::fprintf(stderr, "gmlake: %s\n", api_.last_error());
@@ -493,6 +494,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
       RelaxedCapture relaxed(routes_open_.load(std::memory_order_relaxed) > 0);
       if (api_.try_malloc(static_cast<ssize_t>(n), device, stream, &p,
                           &out_of_memory) == 0) {
+        if (c10::memoryProfilingEnabled()) Profile(p, n, device);
         return p;
       }
     }
@@ -503,6 +505,44 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     }
     TORCH_CHECK(false, message);
+  }
+
+  // The profiler's memory timeline (profile_memory=True): PyTorch's
+  // allocator reports each allocation and free with the device's totals.
+  // Only while profiling, so the sizes of what was reported are kept for
+  // the frees (gmlake_free needs no size) only then.
+  void Profile(void* p, size_t n, c10::DeviceIndex device) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      profiled_sizes_[p] = {n, device};
+      profiled_.store(true, std::memory_order_relaxed);
+    }
+    ReportToProfiler(p, static_cast<int64_t>(n), device);
+  }
+  void Unprofile(void* p) {
+    std::pair<size_t, c10::DeviceIndex> entry;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = profiled_sizes_.find(p);
+      if (it == profiled_sizes_.end()) return;
+      entry = it->second;
+      profiled_sizes_.erase(it);
+      if (profiled_sizes_.empty()) profiled_.store(false);
+    }
+    // After the free, as PyTorch's allocator reports it.
+    ReportToProfiler(p, -static_cast<int64_t>(entry.first), entry.second,
+                     entry.first);
+  }
+  void ReportToProfiler(void* p, int64_t delta, c10::DeviceIndex device,
+                        size_t freed = 0) {
+    gmlake_device_stats st;
+    if (api_.device_stats(device, &st, sizeof(st)) != 0) return;
+    const int64_t allocated = st.allocated_bytes[GMLAKE_STAT_ALL].current -
+                              static_cast<int64_t>(freed);
+    c10::reportMemoryUsageToProfiler(
+        p, delta, static_cast<size_t>(std::max<int64_t>(allocated, 0)),
+        static_cast<size_t>(st.reserved_bytes[GMLAKE_STAT_ALL].current),
+        c10::Device(c10::DeviceType::CUDA, device));
   }
 
   void NotifyOutOfMemory(c10::DeviceIndex device) {
@@ -555,6 +595,8 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
       filters_;
   std::atomic<int> routes_open_{0};
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
+  std::atomic<bool> profiled_{false};
+  std::map<void*, std::pair<size_t, c10::DeviceIndex>> profiled_sizes_;
   std::vector<cca::AllocatorTraceTracker> trace_trackers_;
   std::mutex ipc_mu_;
   std::map<std::string, std::weak_ptr<void>> ipc_open_;
