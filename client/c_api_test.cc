@@ -101,6 +101,36 @@ TEST(CApiTest, PoolUseCountFollowsReferences) {
   gmlake_shutdown();
 }
 
+// What a native door's setCheckpointPoolState calls: the pool's live
+// blocks with their sizes, and an allocation at a given address.
+TEST(CApiTest, PoolLiveBlocksAndMallocAt) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 4, 0), 0);
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 4, 0, nullptr, nullptr), 0);
+  void* p = gmlake_malloc(3 << 20, 0, 7);
+  void* q = gmlake_malloc(1000, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 4, 0), 0);
+  void* ptrs[4] = {};
+  size_t sizes[4] = {};
+  ASSERT_EQ(gmlake_pool_live_blocks(0, 4, 0, ptrs, sizes, 4), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(sizes[i], ptrs[i] == p ? size_t{3} << 20 : size_t{1024});
+  }
+  ASSERT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, p, 3 << 20), p)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, q, 1024), nullptr);  // live
+  EXPECT_NE(std::string(gmlake_last_error()).find("not free in pool"),
+            std::string::npos)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_free(q), 0);
+  EXPECT_GE(gmlake_pool_release(0, 4, 0), 0);
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, p, 512), nullptr);  // released
+  gmlake_shutdown();
+}
+
 // PyTorch's DeviceStats, filled from the C API: the same figures as the
 // JSON, split by pool, and a caller built against another layout refused.
 TEST(CApiTest, DeviceStatsInPyTorchsShape) {

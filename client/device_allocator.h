@@ -100,6 +100,15 @@ class DeviceAllocator {
   uint64_t ReleasePool(MempoolId id);
   // The live allocations of pool `id` (empty for an unknown id).
   std::vector<DevicePtr> PoolLivePointers(MempoolId id) const;
+  // The same with each block's size (what MallocAt takes back).
+  std::vector<std::pair<DevicePtr, size_t>> PoolLiveBlocks(MempoolId id) const;
+  // Allocates `size` bytes at exactly `addr` from pool `id`'s free memory,
+  // as a CUDA graph tree's checkpoint restore needs (its replays use those
+  // addresses): the free block holding the range is split around it.
+  // FailedPrecondition when the range is not free in the pool (allocated,
+  // or freed but still waiting for other streams), NotFound for an unknown
+  // pool, InvalidArgument for an address not on PyTorch's 512-byte grain.
+  absl::StatusOr<DevicePtr> MallocAt(MempoolId id, DevicePtr addr, size_t size);
   // References held on pool `id` (0 for an unknown or released id).
   int PoolUseCount(MempoolId id) const;
   // Bytes held by pool `id`: allocated and free.

@@ -102,6 +102,16 @@ int64_t gmlake_pool_release(int device, uint64_t id0, uint64_t id1);
  * there are (more than `n`: call again with room), -1 on failure. */
 int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
                          size_t n);
+/* gmlake_pool_live with each block's size in `sizes` (room for `n`). */
+int64_t gmlake_pool_live_blocks(int device, uint64_t id0, uint64_t id1,
+                                void** ptrs, size_t* sizes, size_t n);
+/* Allocates `size` bytes at exactly `ptr` from the pool's free memory: how
+ * a CUDA graph tree's checkpoint is restored (setCheckpointPoolState), its
+ * replays using those addresses. NULL when the range is not free in the
+ * pool, the pool unknown, or `ptr` not on a 512-byte boundary. Free it with
+ * gmlake_free. */
+void* gmlake_pool_malloc_at(int device, uint64_t id0, uint64_t id1, void* ptr,
+                            size_t size);
 /* How many references (graphs, MemPools) hold the pool: 0 when unknown or
  * released; -1 on failure. */
 int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);

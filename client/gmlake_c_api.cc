@@ -294,6 +294,31 @@ int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
   return static_cast<int64_t>(live.size());
 }
 
+int64_t gmlake_pool_live_blocks(int device, uint64_t id0, uint64_t id1,
+                                void** ptrs, size_t* sizes, size_t n) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  const auto live = d->PoolLiveBlocks({id0, id1});
+  for (size_t i = 0; i < live.size() && i < n; ++i) {
+    ptrs[i] = reinterpret_cast<void*>(live[i].first);
+    sizes[i] = live[i].second;
+  }
+  return static_cast<int64_t>(live.size());
+}
+
+void* gmlake_pool_malloc_at(int device, uint64_t id0, uint64_t id1, void* ptr,
+                            size_t size) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return nullptr;
+  absl::StatusOr<gmlake::DevicePtr> p =
+      d->MallocAt({id0, id1}, reinterpret_cast<gmlake::DevicePtr>(ptr), size);
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(*p);
+}
+
 int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1) {
   gmlake::DeviceAllocator* d = PoolDevice(device);
   if (d == nullptr) return -1;

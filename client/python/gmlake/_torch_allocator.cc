@@ -63,6 +63,8 @@ struct Api {
   decltype(&gmlake_pool_release) pool_release = nullptr;
   decltype(&gmlake_pool_live) pool_live = nullptr;
   decltype(&gmlake_pool_use_count) pool_use_count = nullptr;
+  decltype(&gmlake_pool_live_blocks) pool_live_blocks = nullptr;
+  decltype(&gmlake_pool_malloc_at) pool_malloc_at = nullptr;
   decltype(&gmlake_last_error) last_error = nullptr;
 };
 
@@ -111,12 +113,12 @@ int CallFilter(void* ctx, uint64_t stream) {
   }
 }
 
-// The pool's live allocations when a CUDA graph tree checkpointed it
-// (getCheckpointState): what checkpointed the state and what was live.
+// A pool as a CUDA graph tree checkpointed it (getCheckpointState): the
+// blocks live then, with their sizes.
 struct GMLakePoolState : cca::AllocatorState {
   c10::DeviceIndex device = 0;
   c10::MempoolId_t id{0, 0};
-  std::vector<void*> live;
+  std::vector<std::pair<void*, size_t>> live;
 };
 
 void Delete(void* ptr);
@@ -371,32 +373,54 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   }
 
   // CUDA graph trees (torch.compile mode="reduce-overhead") checkpoint a
-  // pool after each recording; the state is what was live then.
+  // pool after each recording: the blocks live then.
   std::shared_ptr<cca::AllocatorState> getCheckpointState(
       c10::DeviceIndex device, c10::MempoolId_t id) override {
     auto state = std::make_shared<GMLakePoolState>();
     state->device = device;
     state->id = id;
-    state->live = PoolLive(device, id);
+    state->live = PoolLiveBlocks(device, id);
     return state;
   }
-  // Restoring one needs the pool's blocks allocated again at the very
-  // addresses the checkpoint had, which gmlake's C API cannot do yet.
+  // ...and rewind it there before recording again in the middle of a path:
+  // as PyTorch's allocator, every block live in the pool now counts as
+  // freed and every block of the checkpoint as allocated anew, at its
+  // address (DataPtrs the tree hands to the storages still alive). Blocks
+  // in both stay allocated in gmlake; the others are freed, or allocated
+  // at their address (gmlake_pool_malloc_at).
   cca::CheckpointDelta setCheckpointPoolState(
-      c10::DeviceIndex /*device*/,
-      std::shared_ptr<cca::AllocatorState> state) override {
-    TORCH_CHECK(std::dynamic_pointer_cast<GMLakePoolState>(state) != nullptr,
+      c10::DeviceIndex device,
+      std::shared_ptr<cca::AllocatorState> as) override {
+    auto state = std::dynamic_pointer_cast<GMLakePoolState>(as);
+    TORCH_CHECK(state != nullptr,
                 "gmlake: setCheckpointPoolState got a state gmlake did not "
                 "make");
-    TORCH_CHECK(
-        false,
-        "gmlake: a CUDA graph tree (torch.compile mode=\"reduce-overhead\") "
-        "asked to rewind its memory pool to a checkpoint (it re-records or "
-        "warms up a graph in the middle of replaying a path); gmlake cannot "
-        "yet allocate blocks again at the addresses a checkpoint names "
-        "(docs/design.md, \"The native PyTorch door\"). Set "
-        "torch._inductor.config.triton.cudagraph_trees = False (plain CUDA "
-        "graphs, which gmlake supports), or run without gmlake.");
+    TORCH_CHECK(state->device == device, "gmlake: a checkpoint of device ",
+                state->device, " restored on device ", device);
+    const c10::MempoolId_t id = state->id;
+    std::map<void*, size_t> want(state->live.begin(), state->live.end());
+    cca::CheckpointDelta delta;
+    for (const auto& [p, size] : PoolLiveBlocks(device, id)) {
+      delta.ptrs_freed.push_back(p);
+      auto it = want.find(p);
+      if (it != want.end() && it->second == size) continue;  // stays
+      Free(p);
+    }
+    const auto now = PoolLiveBlocks(device, id);
+    const std::map<void*, size_t> kept(now.begin(), now.end());
+    for (const auto& [p, size] : want) {
+      if (kept.count(p) == 0) {
+        TORCH_CHECK(
+            api_.pool_malloc_at(device, id.first, id.second, p, size) == p,
+            "gmlake: restoring a CUDA graph tree's checkpoint: ",
+            api_.last_error(),
+            ". Set torch._inductor.config.triton.cudagraph_trees = False "
+            "(plain CUDA graphs) to avoid checkpoints");
+      }
+      delta.dataptrs_allocd.emplace_back(
+          p, p, &Delete, c10::Device(c10::DeviceType::CUDA, device));
+    }
+    return delta;
   }
 
   // --- CUDA IPC (torch.multiprocessing, Tensor.share_memory_) ---
@@ -577,6 +601,24 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     }
   }
 
+  std::vector<std::pair<void*, size_t>> PoolLiveBlocks(c10::DeviceIndex device,
+                                                       c10::MempoolId_t id) {
+    std::vector<void*> ptrs(64);
+    std::vector<size_t> sizes(64);
+    for (;;) {
+      const int64_t n = api_.pool_live_blocks(
+          device, id.first, id.second, ptrs.data(), sizes.data(), ptrs.size());
+      TORCH_CHECK(n >= 0, "gmlake: pool live allocations: ", api_.last_error());
+      if (static_cast<size_t>(n) <= ptrs.size()) {
+        std::vector<std::pair<void*, size_t>> out;
+        for (int64_t i = 0; i < n; ++i) out.emplace_back(ptrs[i], sizes[i]);
+        return out;
+      }
+      ptrs.resize(n);
+      sizes.resize(n);
+    }
+  }
+
   void DropFilters(c10::DeviceIndex device, c10::MempoolId_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = filters_.find({device, id});
@@ -651,6 +693,8 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_pool_release", &api.pool_release, &missing);
   Bind(lib, "gmlake_pool_live", &api.pool_live, &missing);
   Bind(lib, "gmlake_pool_use_count", &api.pool_use_count, &missing);
+  Bind(lib, "gmlake_pool_live_blocks", &api.pool_live_blocks, &missing);
+  Bind(lib, "gmlake_pool_malloc_at", &api.pool_malloc_at, &missing);
   Bind(lib, "gmlake_last_error", &api.last_error, &missing);
   if (!missing.empty()) {
     SetError(err, err_size,
