@@ -292,9 +292,11 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     trace_trackers_.push_back(std::move(tracker));
   }
 
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    // A pool's memory returns to the lake when it is released; what is left
-    // to give back is the free cache of every device.
+  void emptyCache(c10::MempoolId_t mempool_id) override {
+    // A pool's free memory went back to the lake when it was released
+    // (MemPool's destructor calls this right after releasePool): nothing
+    // of the rest of the cache is given back for it.
+    if (mempool_id.first != 0 || mempool_id.second != 0) return;
     api_.empty_cache();
   }
 
