@@ -274,6 +274,7 @@ def profiler_memory(torch):
 
 def cudnn_conv(torch):
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False  # compared with the CPU
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(16, 32, 3, padding=1)
     x = torch.randn(8, 16, 64, 64, requires_grad=True)
@@ -316,6 +317,7 @@ def ipc_share(torch):
         assert t.sum().item() == MiB, "parent sees sum %s after the child's add" % t.sum().item()
         parent.send(None)
     finally:
+        parent.close()  # a child still waiting gets EOF and ends
         p.join(30)
         if p.is_alive():
             p.kill()
