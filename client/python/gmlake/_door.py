@@ -14,6 +14,7 @@ interface differs), gmlake keeps the pluggable door and says why.
 GMLAKE_TORCH_DOOR=pluggable skips it; GMLAKE_CACHE_DIR sets where it is kept.
 """
 import ctypes
+import fcntl
 import glob
 import hashlib
 import os
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from . import _oom
 
@@ -85,6 +87,38 @@ def build(torch):
     out = os.path.join(directory, "torch_door-%s.so" % key)
     if os.path.exists(out):
         return out
+    # The ranks of a job start together: one builds, the others wait for it
+    # (a lock that cannot be had only costs a build of one's own).
+    with open(out + ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        if os.path.exists(out):
+            return out
+        # A build that failed a moment ago fails again: the ranks that
+        # waited for it say why at once (later runs try again).
+        failed = out + ".failed"
+        try:
+            if time.time() - os.path.getmtime(failed) < 600:
+                with open(failed) as f:
+                    raise Unavailable(f.read())
+        except OSError:
+            pass
+        try:
+            return _build_into(out, directory, cxx, abi, include, cuda_include, gmlake_include,
+                               torch_dir, libdir, torch)
+        except Unavailable as e:
+            try:
+                with open(failed, "w") as f:
+                    f.write(str(e))
+            except OSError:
+                pass
+            raise
+
+
+def _build_into(out, directory, cxx, abi, include, cuda_include, gmlake_include, torch_dir,
+                libdir, torch):
     sys.stderr.write("gmlake: compiling the native PyTorch door against torch %s "
                      "(once; cached in %s)\n" % (torch.__version__, directory))
     # Several ranks may build at once: each into its own files, then an
