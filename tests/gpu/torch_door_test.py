@@ -7,6 +7,8 @@ natively and under GMLake (issue 18), each test in its own process.
   graph_training_sgd       a whole training step (static inputs, SGD)
                            captured and replayed 10 times, parameters equal
                            to eager's; replays allocate nothing
+  graph_optims             TestCudaOptims.test_graph_optims: capturable
+                           Adam and AdamW steps replayed, against eager
   make_graphed_callables   test_graph_make_graphed_callables, two modules,
                            training against an eager copy
   graph_side_stream        test_cuda_graph_allocator_propagates_stream: an
@@ -136,6 +138,47 @@ def graph_training_sgd(torch):
     assert leaked == 0, "replays 2-10 allocated %d bytes" % leaked
     g.reset()
     return {"losses": [round(v, 4) for v in losses[:3]]}
+
+
+def graph_optims(torch):
+    """TestCudaOptims.test_graph_optims: a capturable optimizer's step,
+    captured and replayed, against the same optimizer run eagerly."""
+    torch.manual_seed(0)
+    steps, warmup = 7, 3
+    for cls in (torch.optim.Adam, torch.optim.AdamW):
+        ref = [torch.randn(64, 32, device="cuda", requires_grad=True) for _ in range(2)]
+        graphed = [p.detach().clone().requires_grad_() for p in ref]
+        grads = [[torch.randn_like(p) for p in ref] for _ in range(steps)]
+        eager_opt = cls(ref, lr=0.1)
+        for i in range(steps):
+            for p, g in zip(ref, grads[i]):
+                p.grad = g
+            eager_opt.step()
+        opt = cls(graphed, lr=0.1, capturable=True)
+        static_grads = [torch.zeros_like(p) for p in graphed]
+        for p, g in zip(graphed, static_grads):
+            p.grad = g
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # the first steps make the state
+            for i in range(warmup):
+                for sg, g in zip(static_grads, grads[i]):
+                    sg.copy_(g)
+                opt.step()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            opt.step()
+        for i in range(warmup, steps):
+            for sg, g in zip(static_grads, grads[i]):
+                sg.copy_(g)
+            graph.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(ref, graphed):
+            if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+                raise AssertionError("%s: replayed step differs from eager by %g" % (
+                    cls.__name__, (a - b).abs().max().item()))
+    return {}
 
 
 def make_graphed_callables(torch):
@@ -345,7 +388,7 @@ def compile_reduce_overhead(torch):
     return {}
 
 
-TESTS = [graph_capture_simple, graph_training_sgd, make_graphed_callables, graph_side_stream,
+TESTS = [graph_capture_simple, graph_training_sgd, graph_optims, make_graphed_callables, graph_side_stream,
          mempool, memory_stats, oom_observer, profiler_memory, cudnn_conv, ipc_share, compile_reduce_overhead]
 
 
