@@ -160,9 +160,17 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     if (ptr == nullptr) return;
     if (profiled_.load(std::memory_order_relaxed)) Unprofile(ptr);
     RelaxedCapture relaxed(routes_open_.load(std::memory_order_relaxed) > 0);
-    if (api_.free(ptr) != 0) {
-      std::fprintf(stderr, "gmlake: %s\n", api_.last_error());
+    if (api_.free(ptr) == 0) return;
+    const char* error = api_.last_error();
+    // A forked child (a DataLoader worker) dropping tensors it inherited:
+    // the memory is the parent's; said once, not per tensor.
+    if (std::strstr(error, "was forked from") != nullptr) {
+      static std::atomic<bool> said{false};
+      if (said.exchange(true)) return;
     }
+    std::fprintf(
+        stderr, "%s%s\n",
+        std::strncmp(error, "gmlake", 6) == 0 ? "" : "gmlake: ", error);
   }
 
   // --- set-up ---
