@@ -131,6 +131,48 @@ TEST(CApiTest, PoolLiveBlocksAndMallocAt) {
   gmlake_shutdown();
 }
 
+// CUDA IPC: a shared allocation, stitched from several chunks and starting
+// inside one, is the same memory once opened (through the real socket and
+// descriptors); a freed one is no longer served.
+TEST(CApiTest, IpcShareOpensTheSameMemory) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,large_chunk:0"),
+            0)
+      << gmlake_last_error();
+  const size_t before_size = 3 << 20, size = (5 << 20) + 4096;
+  char* before = static_cast<char*>(gmlake_malloc(before_size, 0, 0));
+  char* p = static_cast<char*>(gmlake_malloc(size, 0, 0));
+  ASSERT_NE(before, nullptr) << gmlake_last_error();
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  std::memset(before, 0x11, before_size);
+  for (size_t i = 0; i < size; ++i) p[i] = static_cast<char>(i % 251);
+  char handle[GMLAKE_IPC_HANDLE_MAX];
+  size_t len = 0;
+  ASSERT_EQ(gmlake_ipc_share(p, handle, &len), 0) << gmlake_last_error();
+  EXPECT_EQ(std::string(handle, 6), "GMLK1:");
+  char* q = static_cast<char*>(gmlake_ipc_open(handle, len, 0));
+  ASSERT_NE(q, nullptr) << gmlake_last_error();
+  EXPECT_NE(q, p);
+  EXPECT_EQ(std::memcmp(p, q, size), 0);
+  q[100] = 7;
+  p[size - 1] = 9;
+  EXPECT_EQ(p[100], 7);
+  EXPECT_EQ(q[size - 1], 9);
+  char* q2 = static_cast<char*>(gmlake_ipc_open(handle, len, 0));
+  ASSERT_NE(q2, nullptr) << gmlake_last_error();
+  EXPECT_EQ(q2[100], 7);
+  EXPECT_EQ(gmlake_ipc_close(q2), 0);
+  EXPECT_EQ(gmlake_ipc_close(q), 0);
+  EXPECT_EQ(gmlake_ipc_close(q), -1);
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_ipc_open(handle, len, 0), nullptr);
+  EXPECT_NE(std::string(gmlake_last_error()).find("no longer shared"),
+            std::string::npos)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_ipc_share(p, handle, &len), -1);  // freed
+  EXPECT_EQ(gmlake_free(before), 0);
+  gmlake_shutdown();
+}
+
 // PyTorch's DeviceStats, filled from the C API: the same figures as the
 // JSON, split by pool, and a caller built against another layout refused.
 TEST(CApiTest, DeviceStatsInPyTorchsShape) {

@@ -46,6 +46,7 @@
 #include "client/stats.h"
 #include "client/trace_recorder.h"
 #include "common/mutex.h"
+#include "common/unique_fd.h"
 
 namespace gmlake {
 
@@ -113,6 +114,20 @@ class DeviceAllocator {
   int PoolUseCount(MempoolId id) const;
   // Bytes held by pool `id`: allocated and free.
   uint64_t PoolReservedBytes(MempoolId id) const;
+
+  // --- CUDA IPC (device_allocator_ipc.cc) ---
+  // The chunks behind live allocation `ptr`, exported as descriptors
+  // another process can map (in address order; each mapped whole, one after
+  // another, they hold the allocation at `offset`). NotFound if `ptr` is
+  // not a live allocation here; the backend's error for a chunk it cannot
+  // export (the CUDA driver refuses chunks it imported from gmlaked).
+  struct Exported {
+    size_t offset = 0;
+    size_t size = 0;
+    std::vector<UniqueFd> fds;
+    std::vector<size_t> chunk_sizes;
+  };
+  absl::StatusOr<Exported> ExportLive(DevicePtr ptr);
 
   AllocatorStats stats() const;
   // Live bytes and bytes held but free, for the lake's usage reports: two

@@ -112,6 +112,19 @@ int64_t gmlake_pool_live_blocks(int device, uint64_t id0, uint64_t id1,
  * gmlake_free. */
 void* gmlake_pool_malloc_at(int device, uint64_t id0, uint64_t id1, void* ptr,
                             size_t size);
+/* CUDA IPC (torch.multiprocessing): shares the live allocation at `ptr`
+ * with other processes of this user. Writes a handle (text, at most
+ * GMLAKE_IPC_HANDLE_MAX bytes, no NUL) into `handle` and its length into
+ * `*len`. This process serves the allocation's chunks to receivers over a
+ * Unix socket of its own until the allocation is freed. */
+#define GMLAKE_IPC_HANDLE_MAX 256
+int gmlake_ipc_share(void* ptr, char* handle, size_t* len);
+/* Maps the memory a handle names into this process, on `device`: the same
+ * memory the sender's allocation is. NULL on failure (the sender gone, the
+ * allocation freed there, another user). Release with gmlake_ipc_close. */
+void* gmlake_ipc_open(const char* handle, size_t len, int device);
+int gmlake_ipc_close(void* ptr);
+
 /* How many references (graphs, MemPools) hold the pool: 0 when unknown or
  * released; -1 on failure. */
 int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);

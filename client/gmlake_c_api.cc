@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/allocator.h"
 #include "client/gmlake.h"
+#include "client/ipc_share.h"
 #include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/bytes.h"
@@ -226,8 +228,93 @@ void* gmlake_malloc(size_t size, int device, uint64_t stream) {
 int gmlake_free(void* ptr) {
   gmlake::Allocator* a = Get();
   if (a == nullptr) return -1;
+  if (gmlake::IpcServer::Get().sharing()) {
+    gmlake::IpcServer::Get().Forget(reinterpret_cast<gmlake::DevicePtr>(ptr));
+  }
   absl::Status s = a->Free(reinterpret_cast<gmlake::DevicePtr>(ptr));
   return s.ok() ? 0 : Fail(s);
+}
+
+namespace {
+// Memory other processes shared, mapped here (gmlake_ipc_open).
+struct Imports {
+  gmlake::Mutex mu;
+  std::map<void*, std::unique_ptr<gmlake::ImportedMemory>> by_ptr;
+};
+Imports& GetImports() {
+  static Imports* imports = new Imports();
+  return *imports;
+}
+}  // namespace
+
+int gmlake_ipc_share(void* ptr, char* handle, size_t* len) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  if (handle == nullptr || len == nullptr) {
+    return Fail(absl::InvalidArgumentError("gmlake_ipc_share: null handle"));
+  }
+  const auto p = reinterpret_cast<gmlake::DevicePtr>(ptr);
+  absl::Status first;
+  for (int dev = 0; dev < a->device_count(); ++dev) {
+    absl::StatusOr<gmlake::DeviceAllocator*> d = a->device(dev);
+    if (!d.ok()) return Fail(d.status());
+    absl::StatusOr<gmlake::DeviceAllocator::Exported> e = (*d)->ExportLive(p);
+    if (!e.ok()) {
+      if (!absl::IsNotFound(e.status())) return Fail(e.status());
+      if (first.ok()) first = e.status();
+      continue;
+    }
+    absl::StatusOr<std::string> h =
+        gmlake::IpcServer::Get().Share(p, dev, *std::move(e));
+    if (!h.ok()) return Fail(h.status());
+    if (h->size() > GMLAKE_IPC_HANDLE_MAX) {
+      gmlake::IpcServer::Get().Forget(p);
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "gmlake: the CUDA IPC handle is ", h->size(),
+          " bytes (the socket's path is long: set TMPDIR to a short one)")));
+    }
+    std::memcpy(handle, h->data(), h->size());
+    *len = h->size();
+    return 0;
+  }
+  return Fail(first.ok() ? absl::NotFoundError("gmlake: no device") : first);
+}
+
+void* gmlake_ipc_open(const char* handle, size_t len, int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return nullptr;
+  if (handle == nullptr) {
+    Fail(absl::InvalidArgumentError("gmlake_ipc_open: null handle"));
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<gmlake::ImportedMemory>> m =
+      gmlake::ImportedMemory::Open(a->source()->backend(),
+                                   std::string(handle, len), device);
+  if (!m.ok()) {
+    Fail(m.status());
+    return nullptr;
+  }
+  void* p = reinterpret_cast<void*>((*m)->ptr());
+  Imports& imports = GetImports();
+  gmlake::MutexLock lock(&imports.mu);
+  imports.by_ptr[p] = *std::move(m);
+  return p;
+}
+
+int gmlake_ipc_close(void* ptr) {
+  std::unique_ptr<gmlake::ImportedMemory> m;
+  {
+    Imports& imports = GetImports();
+    gmlake::MutexLock lock(&imports.mu);
+    auto it = imports.by_ptr.find(ptr);
+    if (it == imports.by_ptr.end()) {
+      return Fail(absl::NotFoundError(
+          "gmlake_ipc_close: not memory gmlake_ipc_open mapped"));
+    }
+    m = std::move(it->second);
+    imports.by_ptr.erase(it);
+  }
+  return 0;  // unmapped as `m` goes
 }
 
 int gmlake_record_stream(void* ptr, uint64_t stream) {

@@ -65,6 +65,9 @@ struct Api {
   decltype(&gmlake_pool_use_count) pool_use_count = nullptr;
   decltype(&gmlake_pool_live_blocks) pool_live_blocks = nullptr;
   decltype(&gmlake_pool_malloc_at) pool_malloc_at = nullptr;
+  decltype(&gmlake_ipc_share) ipc_share = nullptr;
+  decltype(&gmlake_ipc_open) ipc_open = nullptr;
+  decltype(&gmlake_ipc_close) ipc_close = nullptr;
   decltype(&gmlake_last_error) last_error = nullptr;
 };
 
@@ -434,52 +437,49 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   }
 
   // --- CUDA IPC (torch.multiprocessing, Tensor.share_memory_) ---
-  cca::ShareableHandle shareIpcHandle(void* /*ptr*/) override {
-    TORCH_CHECK(
-        false,
-        "gmlake: sharing a CUDA tensor with another process "
-        "(torch.multiprocessing, CUDA IPC) is not supported yet: gmlake's "
-        "memory is cuMem chunks stitched under one address range, which "
-        "cudaIpcGetMemHandle cannot export, and exporting the chunks "
-        "themselves is not in gmlake's C API yet (docs/design.md, \"The "
-        "native PyTorch door\"). Share through host memory "
-        "(tensor.cpu().share_memory_()), or run the sending process "
-        "without gmlake (a gmlake process can receive from it).");
+  // gmlake's memory is cuMem chunks stitched under one address range, which
+  // cudaIpcGetMemHandle cannot export: gmlake serves the chunks themselves
+  // (gmlake_ipc_share: descriptors over a Unix socket of this process) and
+  // the handle names them. A gmlake allocation is its own base: offset 0.
+  cca::ShareableHandle shareIpcHandle(void* ptr) override {
+    char handle[GMLAKE_IPC_HANDLE_MAX];
+    size_t len = 0;
+    TORCH_CHECK(api_.ipc_share(ptr, handle, &len) == 0,
+                "gmlake: sharing a CUDA tensor with another process: ",
+                api_.last_error());
+    return cca::ShareableHandle{0, std::string(handle, len)};
   }
-  // Receives what a process on PyTorch's own allocator shared (a cudaMalloc
-  // block: version byte, 'c', cudaIpcMemHandle_t; or the bare handle of old
-  // PyTorch). Each handle is opened once per process, as CUDA requires.
+  // Opens what another process shared: a gmlake handle (the receiver runs
+  // gmlake too), or a cudaMalloc block of PyTorch's own allocator (version
+  // byte, 'c', cudaIpcMemHandle_t; or the bare handle of old PyTorch). Each
+  // handle is opened once per process, as CUDA requires for the latter.
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
     std::lock_guard<std::mutex> lock(ipc_mu_);
     auto it = ipc_open_.find(handle);
     if (it != ipc_open_.end()) {
       if (std::shared_ptr<void> p = it->second.lock()) return p;
     }
-    cudaIpcMemHandle_t h;
-    if (handle.size() == sizeof(h)) {
-      std::memcpy(&h, handle.data(), sizeof(h));
-    } else {
-      TORCH_CHECK(handle.size() == 2 + sizeof(h) && handle[1] == 'c',
-                  "gmlake: this CUDA IPC handle (", handle.size(),
-                  " bytes, type '", handle.size() > 1 ? handle[1] : '?',
-                  "') is not a cudaMalloc block; gmlake can open only those "
-                  "(the sender must use PyTorch's allocator without "
-                  "expandable_segments)");
-      std::memcpy(&h, handle.data() + 2, sizeof(h));
-    }
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
-    void* dev = nullptr;
-    C10_CUDA_CHECK(
-        cudaIpcOpenMemHandle(&dev, h, cudaIpcMemLazyEnablePeerAccess));
-    std::shared_ptr<void> sp(dev, [this, handle, device](void* p) {
-      {
-        std::lock_guard<std::mutex> lock(ipc_mu_);
-        ipc_open_.erase(handle);
-      }
-      c10::cuda::CUDAGuard guard(device);
-      C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(p));
-    });
+    std::shared_ptr<void> sp;
+    if (handle.rfind("GMLK1:", 0) == 0) {
+      void* p = api_.ipc_open(handle.data(), handle.size(), device);
+      TORCH_CHECK(p != nullptr,
+                  "gmlake: opening a CUDA tensor another "
+                  "process shared: ",
+                  api_.last_error());
+      sp = std::shared_ptr<void>(p, [this, handle](void* q) {
+        {
+          std::lock_guard<std::mutex> lock(ipc_mu_);
+          ForgetIpc(handle);
+        }
+        if (api_.ipc_close(q) != 0) {
+          std::fprintf(stderr, "gmlake: %s\n", api_.last_error());
+        }
+      });
+    } else {
+      sp = OpenCudaIpc(handle, device);
+    }
     ipc_open_[handle] = sp;
     return sp;
   }
@@ -519,6 +519,40 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
       (*to)[i].allocated = from[i].allocated;
       (*to)[i].freed = from[i].freed;
     }
+  }
+
+  // Drops the cache entry of `handle` unless it was opened anew meanwhile.
+  // Called under ipc_mu_.
+  void ForgetIpc(const std::string& handle) {
+    auto it = ipc_open_.find(handle);
+    if (it != ipc_open_.end() && it->second.expired()) ipc_open_.erase(it);
+  }
+
+  // A cudaMalloc block PyTorch's own allocator shared. Called under ipc_mu_.
+  std::shared_ptr<void> OpenCudaIpc(const std::string& handle,
+                                    c10::DeviceIndex device) {
+    cudaIpcMemHandle_t h;
+    if (handle.size() == sizeof(h)) {
+      std::memcpy(&h, handle.data(), sizeof(h));
+    } else {
+      TORCH_CHECK(handle.size() == 2 + sizeof(h) && handle[1] == 'c',
+                  "gmlake: this CUDA IPC handle (", handle.size(),
+                  " bytes) is neither gmlake's nor a cudaMalloc block of "
+                  "PyTorch's allocator; gmlake opens only those (a sender "
+                  "on PyTorch's allocator must not use expandable_segments)");
+      std::memcpy(&h, handle.data() + 2, sizeof(h));
+    }
+    void* dev = nullptr;
+    C10_CUDA_CHECK(
+        cudaIpcOpenMemHandle(&dev, h, cudaIpcMemLazyEnablePeerAccess));
+    return std::shared_ptr<void>(dev, [this, handle, device](void* p) {
+      {
+        std::lock_guard<std::mutex> lock(ipc_mu_);
+        ForgetIpc(handle);
+      }
+      c10::cuda::CUDAGuard guard(device);
+      C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(p));
+    });
   }
 
   void* Malloc(size_t n, c10::DeviceIndex device, cudaStream_t stream) {
@@ -705,6 +739,9 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_pool_use_count", &api.pool_use_count, &missing);
   Bind(lib, "gmlake_pool_live_blocks", &api.pool_live_blocks, &missing);
   Bind(lib, "gmlake_pool_malloc_at", &api.pool_malloc_at, &missing);
+  Bind(lib, "gmlake_ipc_share", &api.ipc_share, &missing);
+  Bind(lib, "gmlake_ipc_open", &api.ipc_open, &missing);
+  Bind(lib, "gmlake_ipc_close", &api.ipc_close, &missing);
   Bind(lib, "gmlake_last_error", &api.last_error, &missing);
   if (!missing.empty()) {
     SetError(err, err_size,
