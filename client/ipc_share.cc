@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -112,6 +113,10 @@ void IpcServer::Serve(int listen_fd) {
 }
 
 void IpcServer::Answer(int conn) {
+  // One connection at a time: a peer that sends nothing holds it 10 s.
+  const timeval timeout{10, 0};
+  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   absl::StatusOr<PeerCredentials> peer = GetPeerCredentials(conn);
   if (!peer.ok() || peer->uid != getuid()) {
     SendFds(conn, absl::string_view("error another user's process"), {})
