@@ -38,7 +38,7 @@ absl::StatusOr<DeviceAllocator::Exported> DeviceAllocator::ExportLive(
       return absl::InternalError(absl::StrFormat(
           "page %d of the arena behind 0x%x holds no chunk start", page, ptr));
     }
-    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(a->chunk[page]);
+    absl::StatusOr<UniqueFd> fd = source_->ExportForSharing(a->chunk[page]);
     if (!fd.ok()) {
       return absl::Status(
           fd.status().code(),
@@ -47,9 +47,10 @@ absl::StatusOr<DeviceAllocator::Exported> DeviceAllocator::ExportLive(
                        backend_->can_export_imports()
                            ? ""
                            : " (the CUDA driver cannot export again a chunk "
-                             "this process imported, as chunks leased from "
-                             "gmlaked are; sharing works on the embedded "
-                             "lake)"));
+                             "this process imported from gmlaked, and its "
+                             "descriptor was not kept: the process is near "
+                             "its descriptor limit; raise RLIMIT_NOFILE, or "
+                             "use the embedded lake)"));
     }
     out.fds.push_back(*std::move(fd));
     out.chunk_sizes.push_back(pages * a->page_size);
