@@ -391,8 +391,9 @@ TEST_F(AllocatorTest, HistoryRecordsAllocsFreesMappingsAndOoms) {
 // Random mallocs and frees on several streams, under a capacity that forces
 // stitching: after every step no two live blocks overlap, the books
 // balance, and every live allocation still holds the bytes written to it.
-TEST_F(AllocatorTest, PropertyRandomTrafficKeepsDataAndBooksIntact) {
-  Make(96 * kChunk);
+// Random traffic on three streams under a capacity of 96 pages, every
+// block's data and the books checked at every step.
+void RandomTraffic(Allocator* allocator_) {
   std::mt19937_64 rng(20261130);
   struct Live {
     size_t size;
@@ -469,8 +470,23 @@ TEST_F(AllocatorTest, PropertyRandomTrafficKeepsDataAndBooksIntact) {
   EXPECT_LE(s.reserved_bytes.peak, int64_t{96 * kChunk});
   EXPECT_EQ(s.allocated_bytes.current, 0);
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
-  RecordProperty("ooms", ooms);
-  RecordProperty("reactivations", s.reactivations);
+  ::testing::Test::RecordProperty("ooms", ooms);
+  ::testing::Test::RecordProperty("reactivations", s.reactivations);
+  ::testing::Test::RecordProperty("covers", s.covers);
+}
+
+TEST_F(AllocatorTest, PropertyRandomTrafficKeepsDataAndBooksIntact) {
+  Make(96 * kChunk);
+  RandomTraffic(allocator_.get());
+}
+
+// The same with chunks of two pages, covering every rest that a larger
+// free chunk can: mappings grown by a cover's extra pages before or after
+// them keep the data and the books.
+TEST_F(AllocatorTest, PropertyRandomTrafficWithCoversKeepsDataAndBooks) {
+  Make(96 * kChunk, "max_chunk:4MiB,cover_after:0", /*sized_by_conf=*/true);
+  RandomTraffic(allocator_.get());
+  EXPECT_GT(allocator_->stats(0).covers, 0);
 }
 
 }  // namespace
@@ -885,6 +901,51 @@ void ExpectReclaimGivesAtLeast(Allocator* allocator, EmbeddedLake* lake,
 // Free cache in large chunks of different sizes (the lake cuts a large
 // shortfall into 64 MiB chunks, a small one into 4 MiB chunks): a reclaim
 // smaller than any of them still returns one.
+// A physical chunk cannot be split: a small-pool page among free chunks of
+// two pages maps one of them whole (its second page a free tail) rather
+// than making a new chunk (client/chunk_cover.h).
+TEST_F(AllocatorTest, ASmallRequestAmongLargerFreeChunksMapsOneWhole) {
+  Make(0, "max_chunk:4MiB", /*sized_by_conf=*/true);
+  ASSERT_TRUE(allocator_->Free(MustMalloc(8 * kMiB)).ok());  // two chunks
+  DevicePtr a = MustMalloc(kMiB / 2);
+  DevicePtr b = MustMalloc(kMiB);  // the tail's bytes: no slow path
+  const AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.reserved_bytes.current, int64_t{8 * kMiB});
+  EXPECT_EQ(s.chunks_acquired, 2);
+  EXPECT_EQ(s.reserved_bytes.small.current, int64_t{4 * kMiB});
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  ASSERT_TRUE(allocator_->Free(b).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 8 * kMiB);
+}
+
+// A request of an odd number of pages among free chunks of two: the first
+// rest comes from the lake (one odd page is no pattern yet); once the rests
+// it made pass 0.2% of the allocated peak, a larger free chunk covers the
+// rest, mapped whole, and its extra page serves the next request.
+TEST_F(AllocatorTest, OddPageRestsAreCoveredOnceMemoryIsStranded) {
+  constexpr size_t kBig = 4 * kMiB;  // chunks of two pages
+  Make(0, "max_chunk:4MiB", /*sized_by_conf=*/true);
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 16; ++i) p.push_back(MustMalloc(kBig));
+  for (int i = 0; i < 16; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  const DevicePtr first = MustMalloc(3 * kChunk);
+  EXPECT_EQ(allocator_->stats(0).reserved_bytes.current,
+            int64_t{16 * kBig + kChunk})
+      << "the lake made the first odd page";
+  const int64_t acquired = allocator_->stats(0).chunks_acquired;
+  const DevicePtr second = MustMalloc(3 * kChunk);
+  const DevicePtr tail = MustMalloc(kChunk);
+  const AllocatorStats s = allocator_->stats(0);
+  EXPECT_EQ(s.reserved_bytes.current, int64_t{16 * kBig + kChunk});
+  EXPECT_EQ(s.chunks_acquired, acquired) << "covered by free chunks";
+  EXPECT_EQ(tail, second + 3 * kChunk) << "the cover's extra page";
+  for (DevicePtr q : {first, second, tail}) {
+    ASSERT_TRUE(allocator_->Free(q).ok());
+  }
+  for (int i = 1; i < 16; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  EXPECT_EQ(allocator_->EmptyCache(), 16 * kBig + kChunk);
+}
+
 TEST_F(AllocatorTest, ReclaimReturnsWhatIsAskedFromChunksOfAnySize) {
   Make(0, "large_chunk:64MiB", /*sized_by_conf=*/true);
   DevicePtr big = MustMalloc(1024 * kMiB, /*stream=*/1);  // 64 MiB chunks

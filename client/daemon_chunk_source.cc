@@ -102,6 +102,9 @@ absl::StatusOr<std::unique_ptr<DaemonChunkSource>> DaemonChunkSource::Connect(
   if (options.usage_report_interval > absl::ZeroDuration()) {
     src->report_thread_ = std::thread([p] { p->ReportLoop(); });
   }
+  if (options.lease_ahead_in_background && options.lease_ahead_max > 0) {
+    src->refill_thread_ = std::thread([p] { p->RefillLoop(); });
+  }
   if (options.reconnect_interval > absl::ZeroDuration()) {
     src->relink_thread_ = std::thread([p] { p->RelinkLoop(); });
   }
@@ -230,8 +233,10 @@ DaemonChunkSource::~DaemonChunkSource() {
     MutexLock l(&mu_);
     closing_ = true;
     link_changed_.SignalAll();
+    refill_wanted_.SignalAll();
     for (const DeviceState& d : devices_) held += d.held.size();
   }
+  if (refill_thread_.joinable()) refill_thread_.join();
   if (relink_thread_.joinable()) relink_thread_.join();
   if (held > 0) {
     std::fprintf(stderr,

@@ -94,6 +94,14 @@ struct DaemonSourceOptions {
   // interval. Leases ahead never ask other sessions for memory
   // (LeaseRequest.no_pressure).
   uint64_t lease_ahead_max = 256ull << 20;
+  // Lease ahead in the background (daemon_lease_ahead.cc): once a growth
+  // streak has taken half of what was leased ahead for it, a thread of
+  // this source leases the next step, so the mallocs that follow find
+  // chunks already imported instead of waiting for gmlaked's create,
+  // export, transfer and import (~110 us a chunk on an H200,
+  // docs/benchmarks.md). false: only with a shortfall, on the malloc's
+  // thread.
+  bool lease_ahead_in_background = true;
   // How long Connect may take before it gives up.
   absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one Lease call, plus 2 ms per chunk asked for (it may wait
@@ -222,6 +230,16 @@ class DaemonChunkSource : public ChunkSource {
   uint64_t chunks_leased() const { return chunks_leased_.load(); }
   // Idle bytes on `device` leased ahead of need and not taken yet.
   uint64_t ahead_bytes(int device) const;
+  // Leases made on an acquiring thread (it waited for gmlaked), and those
+  // made ahead in the background (it did not).
+  uint64_t blocking_leases() const { return blocking_leases_.load(); }
+  uint64_t background_leases() const { return background_leases_.load(); }
+  // Acquires that found a background lease in flight and waited for it
+  // rather than leasing on their own.
+  uint64_t background_waits() const { return background_waits_.load(); }
+  // Waits until no background lease is in flight for `device` (for tests
+  // and benchmarks that want the leasing ahead settled).
+  void AwaitBackgroundLease(int device);
 
  private:
   struct Rpc;  // daemon_link.h
@@ -272,6 +290,12 @@ class DaemonChunkSource : public ChunkSource {
     uint64_t streak_bytes = 0;
     bool grew = false;
     bool ahead_refused = false;
+    // A background lease of `refill_chunks` is wanted, or in flight.
+    bool refilling = false;
+    // Asked to give memory back since growth last paused: no background
+    // leasing ahead until it pauses.
+    bool pressed = false;
+    size_t refill_chunks = 0;
     bool noted = false;
     uint64_t noted_used = 0;
     uint64_t noted_cached = 0;
@@ -361,6 +385,15 @@ class DaemonChunkSource : public ChunkSource {
   // Gives back what was leased ahead and not taken since the last look
   // (growth paused), on every device; the reporter thread calls it.
   void TrimAheadAfterPause();
+  // Background leasing ahead (daemon_lease_ahead.cc). Asks the refill
+  // thread for the next step once the stock leased ahead for this streak
+  // runs below half of it.
+  void MaybeRefillLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // If a background lease is in flight for `device` and what is idle plus
+  // what it brings covers `bytes`, waits for it (true when it waited).
+  bool WaitForRefillLocked(int device, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefillLoop();
   // Releases idle chunks of `device` beyond `keep_bytes`, at most
   // `max_bytes` (0: no maximum), and returns them to the daemon.
   uint64_t TrimIdle(int device, uint64_t keep_bytes, uint64_t max_bytes);
@@ -458,6 +491,14 @@ class DaemonChunkSource : public ChunkSource {
   std::atomic<uint64_t> usage_reports_{0};
 
   std::atomic<uint64_t> lease_calls_{0};
+  std::atomic<uint64_t> blocking_leases_{0};
+  std::atomic<uint64_t> background_leases_{0};
+  std::atomic<uint64_t> background_waits_{0};
+  // The refill thread (started with the source when leasing ahead in the
+  // background); it waits on refill_wanted_, and signals refill_done_.
+  std::thread refill_thread_;
+  CondVar refill_wanted_;
+  CondVar refill_done_;
   std::atomic<uint64_t> chunks_leased_{0};
   std::atomic<uint64_t> pressure_requests_{0};
   // Bytes given back while answering pressure, counted before the daemon

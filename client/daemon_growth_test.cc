@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -32,10 +34,14 @@ class DaemonGrowthTest : public ::testing::Test {
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
   }
-  std::unique_ptr<DaemonChunkSource> Connect(const std::string& name) {
+  std::unique_ptr<DaemonChunkSource> Connect(
+      const std::string& name, bool background = true,
+      absl::Duration report = absl::Milliseconds(250)) {
     DaemonSourceOptions o;
     o.socket_path = daemon_->socket();
     o.name = name;
+    o.lease_ahead_in_background = background;
+    o.usage_report_interval = report;
     absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
         DaemonChunkSource::Connect(o);
     EXPECT_TRUE(s.ok()) << s.status();
@@ -170,6 +176,85 @@ TEST_F(DaemonGrowthTest, LeasedAheadGoesBackFirstUnderPressure) {
   EXPECT_EQ(SessionBytes(a->session_id()), 64 * kMiB);
   b->ReturnSized(0, *got_b);
   a->ReturnSized(0, got_a);
+}
+
+// A process whose mallocs come slower than gmlaked can lease (modelled by
+// waiting for each background lease): after the streak's first shortfall,
+// no malloc waits for gmlaked. Without the background thread every lease
+// is made on a malloc.
+TEST_F(DaemonGrowthTest, SlowGrowthLeasesAheadInTheBackground) {
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  for (bool background : {true, false}) {
+    SCOPED_TRACE(background ? "in the background" : "on the malloc");
+    // Reports 2 s apart: a loaded machine's pause between two mallocs
+    // must not read as growth paused (which trims what was leased ahead).
+    std::unique_ptr<DaemonChunkSource> src =
+        Connect("kv", background, absl::Seconds(2));
+    ASSERT_NE(src, nullptr);
+    const uint64_t before = LeasesServed();
+    std::vector<SizedChunk> got;
+    for (uint64_t grown = 0; grown < kGiB; grown += kChunk) {
+      absl::StatusOr<std::vector<SizedChunk>> c = src->AcquireBytes(0, kChunk);
+      ASSERT_TRUE(c.ok()) << c.status();
+      got.insert(got.end(), c->begin(), c->end());
+      src->AwaitBackgroundLease(0);
+    }
+    const uint64_t leases = LeasesServed() - before;
+    EXPECT_LE(leases, 12u);
+    EXPECT_EQ(src->blocking_leases() + src->background_leases(), leases);
+    if (background) {
+      EXPECT_EQ(src->blocking_leases(), 1u);
+      EXPECT_GE(src->background_leases(), 3u);
+    } else {
+      EXPECT_EQ(src->background_leases(), 0u);
+      EXPECT_EQ(src->blocking_leases(), leases);
+    }
+    EXPECT_EQ(got.size(), kGiB / kChunk);
+    for (const SizedChunk& c : got) EXPECT_EQ(c.size, kChunk);
+    EXPECT_TRUE(WaitForSessionBytes(src->session_id(), kGiB))
+        << SessionBytes(src->session_id());
+    src->ReturnSized(0, got);
+    EXPECT_TRUE(WaitForSessionBytes(src->session_id(), 0));
+  }
+}
+
+// Mallocs as fast as they come, from two threads: whatever the refill
+// thread and the mallocs race to, every malloc gets its own chunks, no
+// chunk twice, and the leases are few; a source destroyed with a refill
+// on its way gives everything back.
+TEST_F(DaemonGrowthTest, FastGrowthFromTwoThreadsGetsDistinctChunks) {
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  std::unique_ptr<DaemonChunkSource> src = Connect("kv");
+  ASSERT_NE(src, nullptr);
+  const uint64_t before = LeasesServed();
+  std::vector<SizedChunk> got[2];
+  std::thread other([&] { Grow(src.get(), kGiB / 2, kChunk, &got[1]); });
+  Grow(src.get(), kGiB / 2, kChunk, &got[0]);
+  other.join();
+  std::set<ChunkHandle> handles;
+  for (const auto& g : got) {
+    for (const SizedChunk& c : g) handles.insert(c.handle);
+  }
+  EXPECT_EQ(handles.size(), kGiB / kChunk);
+  EXPECT_LE(LeasesServed() - before, 24u);
+  EXPECT_EQ(src->blocking_leases() + src->background_leases(),
+            LeasesServed() - before);
+  // One more malloc starts a refill; the source goes before it lands.
+  absl::StatusOr<std::vector<SizedChunk>> last = src->AcquireBytes(0, kChunk);
+  ASSERT_TRUE(last.ok()) << last.status();
+  for (const auto& g : got) src->ReturnSized(0, g);
+  src->ReturnSized(0, *last);
+  const uint64_t session = src->session_id();
+  src.reset();
+  absl::StatusOr<v1::StatusResponse> st = daemon_->WaitFor(
+      [&](const v1::StatusResponse& r) {
+        for (const auto& s : r.sessions()) {
+          if (s.session_id() == session) return false;
+        }
+        return true;
+      },
+      testing::kPatience);
+  EXPECT_TRUE(st.ok()) << "the session did not end";
 }
 
 }  // namespace

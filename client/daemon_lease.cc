@@ -103,6 +103,8 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
           FormatBytes(bytes), device, FormatBytes(after),
           FormatBytes(d.limit)));
     }
+    // A refill on its way that covers this: wait for it rather than lease.
+    if (WaitForRefillLocked(device, bytes)) background_waits_.fetch_add(1);
     // Idle chunks: of the unit only, or any that fit, largest first.
     const uint64_t have =
         TakeKeptChunks(&d.idle, bytes, any_size ? 0 : unit, &got);
@@ -136,6 +138,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
   absl::Status s = absl::OkStatus();
   for (const ChunkRun& run : runs) {
     uint64_t lease_epoch = 0;
+    blocking_leases_.fetch_add(1);
     s = run.size == unit
             ? LeaseWithAhead(device, run.count, ahead, unit, &got, &ahead_got,
                              &lease_epoch)
@@ -167,6 +170,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
     }
     if (s.ok()) {
       for (const LeasedChunk& c : got) d.Hold(c);
+      MaybeRefillLocked(device);
       return got;
     }
     // All or nothing: the idle chunks taken, and those of runs leased
@@ -234,6 +238,7 @@ void DaemonChunkSource::TrimAheadAfterPause() {
         // Growth paused: the next streak starts small again, and what was
         // leased ahead for this one goes back.
         d.streak_bytes = 0;
+        d.pressed = false;
         trim = d.ahead_bytes > 0;
         keep = d.idle_bytes - d.ahead_bytes;
       }

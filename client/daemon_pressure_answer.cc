@@ -69,6 +69,14 @@ void DaemonChunkSource::HandlePressure(int daemon_device, uint64_t bytes) {
   if (device >= 0) {
     // Counted where chunks go back (GiveBack), also those that the
     // handler's Return sends straight back past the watermark.
+    // No leasing ahead in the background while memory is short: none
+    // starts until this device's growth pauses, and one on its way lands
+    // first, so that what it brings goes back with the rest.
+    {
+      MutexLock l(&mu_);
+      devices_[device].pressed = true;
+    }
+    AwaitBackgroundLease(device);
     daemon_link::answering_pressure = this;
     // Idle chunks first: nobody uses them.
     uint64_t freed = TrimIdle(device, 0, bytes);

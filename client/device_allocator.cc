@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/chunk_cover.h"
 #include "client/stitch_policy.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
@@ -891,9 +892,18 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
                           static_cast<uint64_t>(stats_.reserved_bytes.current),
                           uint64_t{plan->pages - have} * page_size_,
                           allocated_peak, options_.grow_slack);
-    if (have < plan->pages && options_.stitch && !grow && !capture) {
+    const bool steal = options_.stitch && !grow && !capture;
+    if (have < plan->pages && steal) {
       have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
                          &stolen, &streams, /*at_least=*/false);
+    }
+    // Every free chunk left is larger than the rest: one of them whole,
+    // its extra pages a free tail, rather than a new chunk.
+    Cover cover;
+    if (have < plan->pages) {
+      cover = CoverRest(&*plan, plan->pages - have, steal, &chunks, &stolen,
+                        &streams);
+      if (cover.handle != 0) have = plan->pages;
     }
     const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
 
@@ -922,6 +932,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
         status = more.status();
       }
     }
+    if (status.ok() && cover.handle != 0) PlaceCover(cover, &chunks);
     if (status.ok()) {
       status = MapChunks(backend_, arena->PageAddr(plan->first_page), chunks,
                          access_devices_);
@@ -987,6 +998,109 @@ std::vector<SizedChunk> DeviceAllocator::TakeCached(size_t pages,
   // Every one left is larger than the rest: the smallest covers it.
   if (at_least && have < pages && !cached_.empty()) take(0);
   return out;
+}
+
+size_t DeviceAllocator::RoomBeside(const Arena* a, size_t first, size_t end,
+                                   size_t limit, bool before) const {
+  size_t room = 0;
+  if (before) {
+    while (room < limit && first > room && !a->Taken(first - room - 1)) ++room;
+  } else {
+    while (room < limit && end + room < a->num_pages && !a->Taken(end + room)) {
+      ++room;
+    }
+  }
+  return room;
+}
+
+DeviceAllocator::Cover DeviceAllocator::CoverRest(
+    Plan* plan, size_t rest, bool steal, std::vector<SizedChunk>* chunks,
+    std::vector<Detached>* stolen, std::vector<StreamHandle>* streams) {
+  Cover cover;
+  const size_t max_extra = options_.cover_tail / page_size_;
+  if (max_extra == 0) return cover;
+  Arena* a = plan->arena;
+  const size_t end = plan->first_page + plan->pages;
+  const size_t after = RoomBeside(a, plan->first_page, end, max_extra, false);
+  const size_t before = after >= max_extra ? 0
+                                           : RoomBeside(a, plan->first_page,
+                                                        end, max_extra, true);
+  const size_t max_pages =
+      MaxCoverPages(rest, std::max(after, before), max_extra);
+  if (max_pages <= rest) return cover;
+  // Held unmapped first (no steal), then whole free chunks of free blocks.
+  size_t best = 0, best_cached = cached_.size();
+  for (size_t i = 0; i < cached_.size(); ++i) {
+    const size_t n = cached_[i].size / page_size_;
+    if (BetterCover(n, best, rest, max_pages)) {
+      best = n;
+      best_cached = i;
+    }
+  }
+  Block* best_block = nullptr;
+  size_t best_q = 0;
+  if (best == 0 && steal) {
+    for (auto& pool : pools_) {
+      if (pool->mempool != 0) continue;  // handed to no one else
+      pool->free.ForEach([&](Block* b) {
+        mu_.AssertHeld();  // held by our caller; tells the lock checker
+        if (b == plan->keep_a || b == plan->keep_b) return;
+        const Arena* ba = b->segment->arena;
+        const auto [first, last] = WholeChunksIn(b);
+        for (size_t q = first; q < last; q += ba->chunk_pages[q]) {
+          const size_t n = ba->chunk_pages[q];
+          if (BetterCover(n, best, rest, max_pages) ||
+              (n == best && best_block != nullptr &&
+               b->size < best_block->size)) {
+            best = n;
+            best_block = b;
+            best_q = q;
+          }
+        }
+      });
+    }
+  }
+  if (best == 0) return cover;
+  if (best_block != nullptr &&
+      !CoverNow(plan->arena->small, stranded_bytes_,
+                static_cast<uint64_t>(stats_.allocated_bytes.peak),
+                options_.cover_after)) {
+    stranded_bytes_ += rest * page_size_;  // the lake makes the rest
+    return cover;
+  }
+  if (best_block != nullptr) {
+    StealPages(best_block, best_q, best_q + best, stolen, streams);
+    cover.handle = stolen->back().chunks.front().handle;
+  } else {
+    const SizedChunk c = cached_[best_cached];
+    cached_.erase(cached_.begin() + best_cached);
+    cached_bytes_ -= c.size;
+    in_transit_bytes_ += c.size;
+    chunks->push_back(c);
+    cover.handle = c.handle;
+  }
+  ++stats_.covers;
+  // The plan grows by the extra pages, on the side with room for them.
+  const size_t extra = best - rest;
+  a->in_flight.erase(plan->first_page);
+  cover.at_front = after < extra;
+  if (cover.at_front) plan->first_page -= extra;
+  plan->pages += extra;
+  a->in_flight[plan->first_page] = plan->pages;
+  return cover;
+}
+
+void DeviceAllocator::PlaceCover(const Cover& cover,
+                                 std::vector<SizedChunk>* chunks) {
+  auto it = std::find_if(
+      chunks->begin(), chunks->end(),
+      [&](const SizedChunk& c) { return c.handle == cover.handle; });
+  if (it == chunks->end()) return;
+  if (cover.at_front) {
+    std::rotate(chunks->begin(), it, it + 1);
+  } else {
+    std::rotate(it, it + 1, chunks->end());
+  }
 }
 
 void DeviceAllocator::KeepUnmapped(absl::Span<const SizedChunk> chunks) {

@@ -313,6 +313,27 @@ class DeviceAllocator {
   // The run of pages [first, end) of whole chunks inside free block `b`.
   std::pair<size_t, size_t> WholeChunksIn(const Block* b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The larger chunk that covers what a plan still misses (CoverRest).
+  struct Cover {
+    ChunkHandle handle = 0;  // 0: none
+    bool at_front = false;   // its extra pages come before the plan's
+  };
+  // Unmapped pages beside [first, end) of `a`, up to `limit`: before
+  // `first` or after `end`.
+  size_t RoomBeside(const Arena* a, size_t first, size_t end, size_t limit,
+                    bool before) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Covers the last `rest` pages of `plan` with one chunk larger than them
+  // (client/chunk_cover.h): a cached one (appended to `chunks`), else, with
+  // `steal`, a whole free chunk of a free block (into `stolen`). The plan
+  // grows by its extra pages where the arena has room, and its in-flight
+  // mark with it.
+  Cover CoverRest(Plan* plan, size_t rest, bool steal,
+                  std::vector<SizedChunk>* chunks,
+                  std::vector<Detached>* stolen,
+                  std::vector<StreamHandle>* streams)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the cover's chunk to the end of `chunks` its extra pages are on.
+  static void PlaceCover(const Cover& cover, std::vector<SizedChunk>* chunks);
   // Holds chunks that are not mapped anywhere, for the next slow path.
   void KeepUnmapped(absl::Span<const SizedChunk> chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -373,6 +394,9 @@ class DeviceAllocator {
   uint64_t settled_seq_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar slow_path_done_;
   std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
+  // Bytes the lake made for the rest of a mapping while a larger free chunk
+  // could have covered it (CoverNow).
+  uint64_t stranded_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Held chunks on their way between mapped and cached/returned while a
   // slow path has the lock down.

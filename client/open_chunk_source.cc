@@ -66,6 +66,7 @@ absl::StatusOr<OpenedChunkSource> OpenChunkSource(
   d.idle_watermark_bytes = options.idle_watermark;
   d.large_chunk = options.large_chunk;
   d.lease_ahead_max = options.lease_ahead;
+  d.lease_ahead_in_background = options.lease_ahead_background;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> daemon =
       DaemonChunkSource::Connect(d);
   if (!daemon.ok()) {

@@ -89,11 +89,15 @@ const std::map<std::string, Setter>& Setters() {
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
+      {"cover_tail", Bytes(&AllocatorOptions::cover_tail)},
+      {"cover_after", Fraction(&AllocatorOptions::cover_after)},
       {"max_dormant", Bytes(&AllocatorOptions::max_dormant)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},
       {"lease_ahead", Bytes(&AllocatorOptions::lease_ahead)},
+      {"lease_ahead_background",
+       Bool(&AllocatorOptions::lease_ahead_background)},
       {"log", Bool(&AllocatorOptions::log)},
   };
   return *setters;

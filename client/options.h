@@ -37,8 +37,9 @@ struct AllocatorOptions {
   // Larger chunks mean fewer driver calls (cuMemSetAccess costs the same
   // per handle whatever its size); smaller ones can be stitched more
   // finely. 4 MiB halves the calls of 2 MiB chunks and keeps the smallest
-  // capacity within 1.008 x the live peak on every shipped trace; 8 MiB
-  // needs up to 1.015 x (docs/design.md, "Chunk sizes").
+  // capacity within 1.008 x the live peak on the seven traces shipped first
+  // (with covers, 1.01 on all fifteen: cover_tail); 8 MiB needs up to 1.015 x
+  // (docs/design.md, "Chunk sizes").
   uint64_t max_chunk = uint64_t{4} << 20;
   // large_chunk: the largest chunk for a large shortfall (one of at least
   // 32 x max_chunk): it is cut into at least 16 chunks of a power-of-two
@@ -61,6 +62,17 @@ struct AllocatorOptions {
   // H200); a little slack lets the sizes of a training step settle with far
   // fewer stitches (docs/design.md). 0: stitch whenever free chunks exist.
   double grow_slack = 0.005;
+  // cover_tail: when every free chunk is larger than what a mapping still
+  // misses, the smallest of them is mapped whole if its extra bytes, at
+  // most this many, fit unmapped beside the mapping: they become a free
+  // tail of the new block instead of a new chunk from the lake
+  // (client/chunk_cover.h, docs/design.md "Chunk sizes"). 0: never.
+  uint64_t cover_tail = uint64_t{8} << 20;
+  // cover_after: the large pool takes such a chunk out of a free block only
+  // once the rests the lake made instead would pass this share of the
+  // allocated peak (a program whose shapes strand memory); the small pool
+  // always does. 0: at once.
+  double cover_after = 0.002;
   // max_dormant: stitched chunks stay mapped where they were taken from
   // (dormant), so the shape they had comes back with no driver call. Once
   // more bytes are dormant than this, those no stream uses any more are
@@ -80,6 +92,11 @@ struct AllocatorOptions {
   // shortfall). Leased ahead and unused, chunks go back first under
   // pressure and once growth pauses (docs/daemon.md, "Growth").
   uint64_t lease_ahead = uint64_t{256} << 20;
+  // lease_ahead_background: lease the next step ahead on a thread of the
+  // lake's client once half of the last one is taken, so that mallocs find
+  // chunks imported already (docs/daemon.md, "Leasing ahead in the
+  // background"). false: leasing ahead only on the malloc that falls short.
+  bool lease_ahead_background = true;
   // log: print start-up lines (which backend and lake) to stderr.
   bool log = true;
 };

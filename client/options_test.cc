@@ -53,6 +53,19 @@ TEST(OptionsTest, GrowSlackIsAFraction) {
   }
 }
 
+TEST(OptionsTest, CoversAreSetInBytesAndAFraction) {
+  auto o = ParseConf("cover_tail:4MiB,cover_after:0.01");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cover_tail, uint64_t{4} << 20);
+  EXPECT_DOUBLE_EQ(o->cover_after, 0.01);
+  EXPECT_EQ(ParseConf("")->cover_tail, uint64_t{8} << 20);
+  EXPECT_DOUBLE_EQ(ParseConf("")->cover_after, 0.002);
+  auto b = ParseConf("cover_after:2");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("cover_after"), std::string::npos)
+      << b.status();
+}
+
 // An arena's page tables are sized by it: an absurd arena would be a
 // bad_alloc (a crash) on the first large request, not an error.
 TEST(ParseConfTest, ArenasLargerThanAnAddressSpaceAreRefused) {

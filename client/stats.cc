@@ -80,6 +80,7 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   remade_bytes += o.remade_bytes;
   dormant_chunks += o.dormant_chunks;
   reactivations += o.reactivations;
+  covers += o.covers;
   cached_chunks += o.cached_chunks;
 }
 
@@ -139,6 +140,7 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.remade_bytes\":", remade_bytes,
       ",\"gmlake.dormant_chunks\":", dormant_chunks,
       ",\"gmlake.reactivations\":", reactivations,
+      ",\"gmlake.covers\":", covers,
       ",\"gmlake.cached_chunks\":", cached_chunks);
   for (int i = 0; i < kNumVmmCalls; ++i) {
     absl::StrAppend(&out, ",\"gmlake.driver_calls.",

@@ -99,8 +99,11 @@ struct AllocatorStats {
   // Stitches leave the chunks they take mapped where they were freed
   // ("dormant"), so the same shape later gets them back with no driver
   // call (a reactivation).
-  int64_t dormant_chunks = 0;    // such mappings now
-  int64_t reactivations = 0;     // requests served from dormant mappings
+  int64_t dormant_chunks = 0;  // such mappings now
+  int64_t reactivations = 0;   // requests served from dormant mappings
+  // Slow paths whose last pages were a free chunk larger than them, mapped
+  // whole: its extra pages a free tail, no new chunk (client/chunk_cover.h).
+  int64_t covers = 0;
   int64_t cached_chunks = 0;     // held but unmapped
   VmmCallSnapshot driver_calls;  // of the backend, filled in by stats()
 

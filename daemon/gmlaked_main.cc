@@ -113,6 +113,10 @@ ABSL_FLAG(int, max_unbound_sessions, 128,
 ABSL_FLAG(bool, check_claimed_pid, true,
           "Require the fd-socket peer's pid to be the pid the client "
           "claimed (turn off for clients in another pid namespace).");
+ABSL_FLAG(bool, zero_on_release, false,
+          "Zero chunks that held a session's data before they go back to "
+          "the driver. Off: they go back at once, and as many bytes of what "
+          "gmlaked creates next are zeroed before they are leased.");
 ABSL_FLAG(absl::Duration, release_idle, absl::Seconds(60),
           "Free chunks unused this long go back to the driver, down to "
           "--precreate per device, so that processes outside the lake can "
@@ -261,6 +265,9 @@ int ServeUntilStopped(Lake* lake, const ServiceNotifier& notifier) {
     if (now - last_release >= absl::Seconds(1)) {
       last_release = now;
       lake->ReleaseIdle(now);
+    } else {
+      // With no session open, free memory goes back within a wake.
+      lake->ReleaseIdle(now, /*only_without_sessions=*/true);
     }
     if (watchdog > absl::ZeroDuration() && now - last_watchdog >= watchdog) {
       last_watchdog = now;
@@ -395,6 +402,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
   lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
   lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
   lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
+  lo.zero_on_release = absl::GetFlag(FLAGS_zero_on_release);
   lo.export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
   if (lo.release.idle_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,12 @@ struct LakeOptions {
   // --session_quota.
   uint64_t session_quota_bytes = 0;
   ScrubPolicy scrub = ScrubPolicy::kCrossUid;
+  // Zero chunks that held a session's data as they go back to the driver
+  // (--zero_on_release). Off: they go back as they are, and as many bytes
+  // of what the daemon creates next on that device are zeroed before they
+  // are leased (the driver may hand the daemon its own memory back), so a
+  // job's end gives the card back at the driver's release speed.
+  bool zero_on_release = false;
   // How long a lease waits for other sessions to return memory while none
   // arrives: every byte that comes back restarts it (--reclaim_timeout).
   absl::Duration reclaim_timeout = absl::Seconds(2);
@@ -289,7 +296,11 @@ class Lake {
   // Releases the free chunks that options().release picks at `now` (idle
   // long enough, above each device's floor). Called periodically by the
   // daemon. Returns {bytes, chunks} released.
-  std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now);
+  // With `only_without_sessions`, does nothing while any session is open
+  // (cheap: the daemon calls it at every wake, so that memory goes back
+  // within a wake of the last session's end).
+  std::pair<uint64_t, uint64_t> ReleaseIdle(absl::Time now,
+                                            bool only_without_sessions = false);
   // What the release policy sees of `device`: its books, and whether
   // anyone uses it (a chunk of it leased, or any session open).
   DeviceHoldings HoldingsLocked(int device, uint64_t floor_bytes) const
@@ -454,11 +465,17 @@ class Lake {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Backend work, without the lock ---
-  // Gives chunks already out of the books back to the driver, zeroing first
-  // those that held a session's data (unless --scrub=never): the daemon may
-  // get the same memory again from a later create, which it treats as
-  // fresh.
+  // Gives chunks already out of the books back to the driver. Those that
+  // held a session's data (unless --scrub=never): the daemon may get the
+  // same memory again from a later create, which it would treat as fresh.
+  // So they are zeroed first (--zero_on_release), or counted in
+  // unzeroed_released_ for ZeroRecreated.
   void ReleaseToDriver(std::vector<ChunkBooks::Released> gone);
+  // Zeroes as many of `made` (new chunks of `size` on `device`) as the
+  // device has bytes released unzeroed (see ReleaseToDriver).
+  absl::Status ZeroRecreated(int device, uint64_t size,
+                             const std::vector<ChunkBooks::MadeChunk>& made)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Releases the adopted chunks that their sessions let go (never zeroed:
   // their clients may still map them). Called after anything that may end
   // a session or take chunks back; CheckLiveness catches the rest.
@@ -502,6 +519,9 @@ class Lake {
   uint64_t released_idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t trimmed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per device: bytes that held a session's data and went back to the
+  // driver unzeroed; the daemon's next creations zero as much.
+  std::map<int, uint64_t> unzeroed_released_ ABSL_GUARDED_BY(mu_);
   uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;

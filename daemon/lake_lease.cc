@@ -66,6 +66,10 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   if (scrubbed.ok()) {
     created = CreateChunks(r.device, r.to_create, r.chunk_bytes, &made);
   }
+  // New chunks may be memory the daemon released unzeroed.
+  if (scrubbed.ok() && created.ok()) {
+    scrubbed = ZeroRecreated(r.device, r.chunk_bytes, made);
+  }
   // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
   // when the daemon is out of descriptors, that is the cause to name.
   const FdUsage fds = created.ok() ? FdUsage{} : CurrentFdUsage();

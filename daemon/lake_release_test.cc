@@ -59,13 +59,56 @@ TEST(LakeRelease, FreeChunksGoBackOnceIdleLeasedOnesStay) {
   EXPECT_EQ(st.devices(0).free_chunks(), 0u);
   EXPECT_EQ(st.devices(0).next_release_seconds(), -1);
   EXPECT_EQ(st.released_idle_bytes(), 4 * kChunk);
-  // They held uid 1000's data: zeroed before they went.
-  EXPECT_EQ(st.zeroed_bytes(), 4 * kChunk);
+  // They held uid 1000's data and went back as they were: the release
+  // pays no zeroing.
+  EXPECT_EQ(st.zeroed_bytes(), 0u);
 
-  // The room they left is there to lease again.
+  // The room they left is there to lease again; the driver may hand the
+  // same memory back, so as many new chunks as went unzeroed are zeroed.
   g = lake->Lease(a.id, a.token, 0, 14);
   ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_EQ(lake.Status().devices(0).created_chunks(), 16u);
+  st = lake.Status();
+  EXPECT_EQ(st.devices(0).created_chunks(), 16u);
+  EXPECT_EQ(st.zeroed_bytes(), 4 * kChunk);
+  // And no more after that: the debt is paid.
+  ASSERT_TRUE(lake->Return(a.id, a.token, g->chunk_ids).ok());
+  EXPECT_EQ(lake->Trim(0, 0).second, 14u);
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 4 * kChunk);
+}
+
+TEST(LakeRelease, ZeroOnReleaseZeroesBeforeTheyGo) {
+  LakeOptions o = WithRelease(TestLakeOptions(16), absl::Seconds(60));
+  o.zero_on_release = true;
+  TestLake lake(o);
+  SessionTicket a = lake.Open(1000);
+  absl::StatusOr<LeaseGrant> g = lake->Lease(a.id, a.token, 0, 6);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(lake->Return(a.id, a.token, g->chunk_ids).ok());
+  EXPECT_EQ(lake->ReleaseIdle(absl::Now() + absl::Seconds(61)).second, 6u);
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 6 * kChunk);
+  // Nothing owed: new chunks are not zeroed again.
+  g = lake->Lease(a.id, a.token, 0, 6);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 6 * kChunk);
+}
+
+TEST(LakeRelease, WithNoSessionOpenEverythingGoesAtTheNextWake) {
+  LakeOptions o = WithRelease(TestLakeOptions(16), absl::Seconds(60));
+  o.release.max_chunks_per_round = 3;
+  TestLake lake(o);
+  SessionTicket a = lake.Open(1000);
+  SessionTicket b = lake.Open(1000, "other");
+  absl::StatusOr<LeaseGrant> g = lake->Lease(a.id, a.token, 0, 10);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(lake->Claim(a.id, a.token, g->lease_id).ok());
+  ASSERT_TRUE(lake->CloseSession(a.id, a.token).ok());
+  // Another session is open: the wake's call leaves them (they stay warm
+  // for --release_idle).
+  EXPECT_EQ(lake->ReleaseIdle(absl::Now(), true).second, 0u);
+  ASSERT_TRUE(lake->CloseSession(b.id, b.token).ok());
+  // Nobody left: all ten go in one round, past the cap of three.
+  EXPECT_EQ(lake->ReleaseIdle(absl::Now(), true).second, 10u);
+  EXPECT_EQ(lake.Status().devices(0).created_chunks(), 0u);
 }
 
 TEST(LakeRelease, TheFloorStays) {

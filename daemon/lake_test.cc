@@ -632,8 +632,10 @@ TEST_F(LakeTest, TrimReleasesFreeChunksAndPrecreate) {
   EXPECT_TRUE(lake_->Lease(a.id, a.token, 0, 6).ok());
 }
 
-TEST_F(LakeTest, TrimZeroesChunksThatHeldData) {
-  Make(Options(2));
+TEST_F(LakeTest, TrimZeroesChunksThatHeldDataWithZeroOnRelease) {
+  LakeOptions o = Options(2);
+  o.zero_on_release = true;
+  Make(o);
   SessionTicket a = Open(1000);
   absl::StatusOr<LeaseGrant> g = lake_->Lease(a.id, a.token, 0, 1);
   ASSERT_TRUE(g.ok());

@@ -39,8 +39,13 @@ ReleasePlan PlanRelease(const ReleasePolicy& policy,
   const absl::Time due_before =
       device.in_use ? now - policy.idle_after : absl::InfiniteFuture();
   size_t i = 0;
+  // The cap per round keeps a round short while sessions may need the
+  // lock; with nobody on the device, everything due goes now (a job's end
+  // gives the card back at once).
+  const size_t cap =
+      device.in_use ? policy.max_chunks_per_round : candidates.size();
   for (; i < candidates.size() && candidates[i].free_since <= due_before &&
-         plan.release.size() < policy.max_chunks_per_round;
+         plan.release.size() < cap;
        ++i) {
     plan.release.push_back(candidates[i].id);
     plan.release_bytes += candidates[i].bytes;

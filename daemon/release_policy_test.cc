@@ -112,6 +112,19 @@ TEST(ReleasePolicy, ARoundTakesAtMostItsShareAndTheRestIsDueAtOnce) {
   EXPECT_EQ(p.next_due, kNow);
 }
 
+TEST(ReleasePolicy, WithNobodyOnTheDeviceEverythingGoesInOneRound) {
+  DeviceHoldings d;
+  d.in_use = false;
+  d.created_bytes = 5 * kC;
+  for (uint64_t id = 1; id <= 5; ++id) {
+    d.free.push_back(Idle(id, absl::Milliseconds(id)));
+  }
+  // The cap of 2 a round holds only while someone may need the lock.
+  ReleasePlan p = PlanRelease(Policy(absl::Seconds(60), 2), d, kNow);
+  EXPECT_EQ(p.release.size(), 5u);
+  EXPECT_EQ(p.later_bytes, 0u);
+}
+
 TEST(ReleasePolicy, NothingFreeNothingToDo) {
   DeviceHoldings d;
   d.created_bytes = 4 * kC;

@@ -1,11 +1,16 @@
 // Copyright 2026 The GMLake Authors.
 //
-// The allocator's deterministic targets on every shipped trace
-// (traces/): what it reserves, the smallest capacity it runs in,
-// and how few driver calls it makes once a run is in its steady state.
+// The allocator's deterministic targets on every trace in traces/: what it
+// reserves, the smallest capacity it runs in (both at most 1.01 x the live
+// peak), how many driver calls it makes (no more than before issue 19's
+// chunk policy on the traces shipped first), and how few once a run is in
+// its steady state.
 // Replays on the accounting backend, whose books make the same decisions
 // as the host backend's (tools/replay.h).
 
+#include <dirent.h>
+
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +24,13 @@ namespace {
 
 struct Case {
   const char* name;
-  bool training;
+  // Training that repeats its shapes every step (its second half should
+  // map almost nothing); not so for variable-length batches.
+  bool steady;
+  // The most driver calls (VmmCallSnapshot::MemoryCalls): what the
+  // defaults made on 2026-12-01 on the seven traces shipped first, which
+  // a chunk policy must not raise (issue 19); 0: not bounded.
+  uint64_t max_calls;
 };
 
 class TraceTargetsTest : public ::testing::TestWithParam<Case> {};
@@ -38,10 +49,10 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
   ASSERT_TRUE(r->completed) << r->error;
   const double live = static_cast<double>(trace->peak_live_bytes);
 
-  // 1. Reserved at most 1.02 x the live peak (PyTorch: 1.13-1.49 native,
+  // 1. Reserved at most 1.01 x the live peak (PyTorch: 1.13-1.49 native,
   //    1.02-1.13 with expandable segments).
   const double reserved = r->peak_reserved_bytes / live;
-  EXPECT_LE(reserved, 1.02) << c.name;
+  EXPECT_LE(reserved, 1.01) << c.name;
 
   // 2. The smallest capacity (16 MiB resolution) at most 1.01 x live.
   const uint64_t res = uint64_t{16} << 20;
@@ -60,7 +71,7 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
   const uint64_t second = r->calls_second_half.MemoryCalls();
   const bool new_peak_later =
       trace->peak_live_bytes > r->first_half_peak_live_bytes;
-  if (c.training && !new_peak_later) {
+  if (c.steady && !new_peak_later) {
     EXPECT_LE(second, calls / 20)
         << c.name << ": " << second << " of " << calls;
   }
@@ -70,10 +81,15 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
   if (trace->streams.size() == 1) {
     EXPECT_EQ(r->stats.host_waits, 0) << c.name;
   }
-  // 5. LoRA training repeats its shapes: most of its slow paths take
-  //    stitched chunks back where they were mapped before, with no call.
+  // 5. No more driver calls than before the chunk policy of issue 19.
+  if (c.max_calls != 0) EXPECT_LE(calls, c.max_calls) << c.name;
+  // 6. LoRA training repeats its shapes: most of its slow paths that need
+  //    a stitched shape take it back where it was mapped before, with no
+  //    call. (Covers, mostly one chunk for a small-pool page, count as
+  //    stitches but are no shape to take back.)
   if (std::string(c.name) == "llama1b_lora_ckpt") {
-    EXPECT_GT(r->stats.reactivations, r->stats.stitches) << c.name;
+    EXPECT_GT(r->stats.reactivations, r->stats.stitches - r->stats.covers)
+        << c.name;
   }
   RecordProperty("reserved_over_live", absl::StrCat(reserved));
   RecordProperty("min_capacity_over_live", absl::StrCat(*cap / live));
@@ -85,19 +101,59 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
   RecordProperty("stitches", absl::StrCat(r->stats.stitches));
   RecordProperty("reactivations", absl::StrCat(r->stats.reactivations));
   RecordProperty("unmaps", absl::StrCat(r->calls.Count(VmmCall::kUnmap)));
+  RecordProperty("covers", absl::StrCat(r->stats.covers));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shipped, TraceTargetsTest,
-                         ::testing::Values(Case{"llama1b_full_ckpt", true},
-                                           Case{"llama1b_lora_ckpt", true},
-                                           Case{"llama1b_full_plain", true},
-                                           Case{"llama3b_full_ckpt", true},
-                                           Case{"llama1b_full_offload", true},
-                                           Case{"llama1b_infer", false},
-                                           Case{"llama1b_fsdp2", true}),
+constexpr Case kCases[] = {
+    // Shipped first.
+    {"llama1b_full_ckpt", true, 6401},
+    {"llama1b_lora_ckpt", true, 4252},
+    {"llama1b_full_plain", true, 16885},
+    {"llama3b_full_ckpt", true, 17078},
+    {"llama1b_full_offload", true, 6572},
+    {"llama1b_infer", false, 2815},
+    {"llama1b_fsdp2", true, 4007},
+    // Recorded for issue 19 (tests/gpu/record_traces.sh).
+    {"llama3b_lora_ckpt", true, 0},
+    {"llama3b_lora_offload", true, 0},
+    {"llama7b_lora_ckpt", true, 0},
+    {"llama7b_full_ckpt", true, 0},
+    {"llama1b_hf_trainer_dynamic", false, 0},  // new lengths every step
+    {"llama3b_infer_large", false, 0},
+    {"colocate_train", true, 0},
+    {"colocate_infer", false, 0},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shipped, TraceTargetsTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.name);
                          });
+
+// Every trace in traces/ is one of the cases above: a trace added without
+// one would escape the targets.
+TEST(TraceTargetsTest, EveryShippedTraceIsACase) {
+  const std::string any = ShippedTracePath(kCases[0].name);
+  ASSERT_FALSE(any.empty());
+  const std::string dir = any.substr(0, any.rfind('/'));
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int traces = 0;
+  while (dirent* e = readdir(d)) {
+    const std::string file = e->d_name;
+    const std::string suffix = ".trace.gz";
+    if (file.size() <= suffix.size() ||
+        file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    ++traces;
+    const std::string name = file.substr(0, file.size() - suffix.size());
+    bool found = false;
+    for (const Case& c : kCases) found = found || name == c.name;
+    EXPECT_TRUE(found) << name << " in traces/ has no case in " << __FILE__;
+  }
+  closedir(d);
+  EXPECT_EQ(traces, static_cast<int>(std::size(kCases)));
+}
 
 // Every event of a trace, replayed with the books checked every 500 events.
 TEST(TraceReplayTest, BooksStayConsistentThroughAWholeMultiStreamRun) {

@@ -344,6 +344,7 @@ int Main(int argc, char** argv) {
     out["calls_for_second_half_peak"] = r->calls_for_second_half_peak;
     out["stitches"] = r->stats.stitches;
     out["reactivations"] = r->stats.reactivations;
+    out["covers"] = r->stats.covers;
     out["dormant_chunks"] = r->stats.dormant_chunks;
     out["chunks_stolen"] = r->stats.chunks_stolen;
     out["ns_per_op_p50"] = r->ns_per_op_p50;

@@ -1,0 +1,25 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/chunk_cover.h"
+
+#include <algorithm>
+
+namespace gmlake {
+
+size_t MaxCoverPages(size_t rest, size_t room, size_t max_extra) {
+  return rest + std::min(room, max_extra);
+}
+
+bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages) {
+  if (pages <= rest || pages > max_pages) return false;
+  return best == 0 || pages < best;
+}
+
+bool CoverNow(bool small_pool, uint64_t stranded, uint64_t allocated_peak,
+              double after) {
+  if (small_pool || after <= 0) return true;
+  return static_cast<double>(stranded) >=
+         after * static_cast<double>(allocated_peak);
+}
+
+}  // namespace gmlake

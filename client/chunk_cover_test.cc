@@ -1,0 +1,37 @@
+// Copyright 2026 The GMLake Authors.
+
+#include "client/chunk_cover.h"
+
+#include "gtest/gtest.h"
+
+namespace gmlake {
+namespace {
+
+TEST(MaxCoverPagesTest, BoundedByTheExtraAllowedAndTheRoomBeside) {
+  EXPECT_EQ(MaxCoverPages(1, 10, 1), 2u);  // one page of tail at most
+  EXPECT_EQ(MaxCoverPages(3, 1, 4), 4u);   // one unmapped page beside
+  EXPECT_EQ(MaxCoverPages(1, 0, 4), 1u);   // no room: nothing larger
+  EXPECT_EQ(MaxCoverPages(1, 10, 0), 1u);  // covering is off
+}
+
+TEST(BetterCoverTest, TheSmallestChunkLargerThanTheRest) {
+  // A one-page rest among free chunks of 2 and 4 pages, up to 3 pages.
+  EXPECT_TRUE(BetterCover(2, 0, 1, 3));
+  EXPECT_FALSE(BetterCover(4, 0, 1, 3));  // too many extra pages
+  EXPECT_FALSE(BetterCover(1, 0, 1, 3));  // fits: taken by the stitch
+  EXPECT_TRUE(BetterCover(2, 3, 1, 3));   // fewer extra pages
+  EXPECT_FALSE(BetterCover(3, 2, 1, 3));
+  EXPECT_FALSE(BetterCover(2, 2, 1, 3));  // a tie keeps the first
+}
+
+TEST(CoverNowTest, TheSmallPoolAtOnceTheLargeOnceEnoughIsStranded) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_TRUE(CoverNow(/*small_pool=*/true, 0, 10 * kGiB, 0.002));
+  // 0.2% of 10 GiB is 20.5 MiB: ten one-page rests are not enough.
+  EXPECT_FALSE(CoverNow(false, 20 << 20, 10 * kGiB, 0.002));
+  EXPECT_TRUE(CoverNow(false, 21 << 20, 10 * kGiB, 0.002));
+  EXPECT_TRUE(CoverNow(false, 0, 10 * kGiB, 0));  // 0: at once
+}
+
+}  // namespace
+}  // namespace gmlake
