@@ -754,6 +754,9 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
     // Refuses (c10::Error) once PyTorch's own allocator has started.
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(door);
     installed = new std::shared_ptr<GMLakeAllocator>(std::move(door));
+  } catch (const c10::Error& e) {
+    SetError(err, err_size, e.what_without_backtrace());
+    return -1;
   } catch (const std::exception& e) {
     SetError(err, err_size, e.what());
     return -1;
