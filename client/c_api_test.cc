@@ -84,6 +84,135 @@ TEST(CApiTest, PrivatePoolsRouteReleaseAndReturnMemory) {
   gmlake_shutdown();
 }
 
+// What a native PyTorch door reads for getPoolUseCount (MemPool.use_count).
+TEST(CApiTest, PoolUseCountFollowsReferences) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 0);  // unknown
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 5), 0);
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 2);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 1);
+  EXPECT_GE(gmlake_pool_release(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 5), 0);
+  EXPECT_EQ(gmlake_pool_use_count(9, 0, 5), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("9"), std::string::npos);
+  gmlake_shutdown();
+}
+
+// What a native door's setCheckpointPoolState calls: the pool's live
+// blocks with their sizes, and an allocation at a given address.
+TEST(CApiTest, PoolLiveBlocksAndMallocAt) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 4, 0), 0);
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 4, 0, nullptr, nullptr), 0);
+  void* p = gmlake_malloc(3 << 20, 0, 7);
+  void* q = gmlake_malloc(1000, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 4, 0), 0);
+  void* ptrs[4] = {};
+  size_t sizes[4] = {};
+  ASSERT_EQ(gmlake_pool_live_blocks(0, 4, 0, ptrs, sizes, 4), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(sizes[i], ptrs[i] == p ? size_t{3} << 20 : size_t{1024});
+  }
+  ASSERT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, p, 3 << 20), p)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, q, 1024), nullptr);  // live
+  EXPECT_NE(std::string(gmlake_last_error()).find("not free in pool"),
+            std::string::npos)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_free(q), 0);
+  EXPECT_GE(gmlake_pool_release(0, 4, 0), 0);
+  EXPECT_EQ(gmlake_pool_malloc_at(0, 4, 0, p, 512), nullptr);  // released
+  gmlake_shutdown();
+}
+
+// CUDA IPC: a shared allocation, stitched from several chunks and starting
+// inside one, is the same memory once opened (through the real socket and
+// descriptors); a freed one is no longer served.
+TEST(CApiTest, IpcShareOpensTheSameMemory) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,large_chunk:0"),
+            0)
+      << gmlake_last_error();
+  const size_t before_size = 3 << 20, size = (5 << 20) + 4096;
+  char* before = static_cast<char*>(gmlake_malloc(before_size, 0, 0));
+  char* p = static_cast<char*>(gmlake_malloc(size, 0, 0));
+  ASSERT_NE(before, nullptr) << gmlake_last_error();
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  std::memset(before, 0x11, before_size);
+  for (size_t i = 0; i < size; ++i) p[i] = static_cast<char>(i % 251);
+  char handle[GMLAKE_IPC_HANDLE_MAX];
+  size_t len = 0;
+  ASSERT_EQ(gmlake_ipc_share(p, handle, &len), 0) << gmlake_last_error();
+  EXPECT_EQ(std::string(handle, 6), "GMLK1:");
+  char* q = static_cast<char*>(gmlake_ipc_open(handle, len, 0));
+  ASSERT_NE(q, nullptr) << gmlake_last_error();
+  EXPECT_NE(q, p);
+  EXPECT_EQ(std::memcmp(p, q, size), 0);
+  q[100] = 7;
+  p[size - 1] = 9;
+  EXPECT_EQ(p[100], 7);
+  EXPECT_EQ(q[size - 1], 9);
+  char* q2 = static_cast<char*>(gmlake_ipc_open(handle, len, 0));
+  ASSERT_NE(q2, nullptr) << gmlake_last_error();
+  EXPECT_EQ(q2[100], 7);
+  EXPECT_EQ(gmlake_ipc_close(q2), 0);
+  EXPECT_EQ(gmlake_ipc_close(q), 0);
+  EXPECT_EQ(gmlake_ipc_close(q), -1);
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_ipc_open(handle, len, 0), nullptr);
+  EXPECT_NE(std::string(gmlake_last_error()).find("no longer shared"),
+            std::string::npos)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_ipc_share(p, handle, &len), -1);  // freed
+  EXPECT_EQ(gmlake_free(before), 0);
+  gmlake_shutdown();
+}
+
+// PyTorch's DeviceStats, filled from the C API: the same figures as the
+// JSON, split by pool, and a caller built against another layout refused.
+TEST(CApiTest, DeviceStatsInPyTorchsShape) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  void* p = gmlake_malloc(3 << 20, 0, 0);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  gmlake_device_stats st;
+  std::memset(&st, 0xff, sizeof(st));
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0)
+      << gmlake_last_error();
+  EXPECT_EQ(st.allocation[GMLAKE_STAT_ALL].current, 1);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current,
+            st.allocated_bytes[GMLAKE_STAT_SMALL].current +
+                st.allocated_bytes[GMLAKE_STAT_LARGE].current);
+  EXPECT_EQ(st.requested_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_GE(st.reserved_bytes[GMLAKE_STAT_ALL].current, 3 << 20);
+  EXPECT_EQ(st.cached_free_bytes,
+            st.reserved_bytes[GMLAKE_STAT_ALL].current -
+                st.allocated_bytes[GMLAKE_STAT_ALL].current);
+  EXPECT_GE(st.num_device_alloc, 1);
+  EXPECT_EQ(st.num_ooms, 0);
+  ASSERT_EQ(gmlake_free(p), 0);
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].current, 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].freed, 3 << 20);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].peak, 3 << 20);
+  EXPECT_EQ(st.cached_free_bytes, st.reserved_bytes[GMLAKE_STAT_ALL].current);
+  ASSERT_EQ(gmlake_reset_peaks(0), 0);
+  ASSERT_EQ(gmlake_get_device_stats(0, &st, sizeof(st)), 0);
+  EXPECT_EQ(st.allocated_bytes[GMLAKE_STAT_ALL].peak, 0);
+  EXPECT_EQ(gmlake_get_device_stats(0, &st, sizeof(st) - 8), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("rebuild"),
+            std::string::npos);
+  EXPECT_EQ(gmlake_get_device_stats(7, &st, sizeof(st)), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("7"), std::string::npos);
+  gmlake_shutdown();
+}
+
 TEST(CApiTest, TorchSignaturesAndCapacity) {
   ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false,capacity:8MiB"),
             0)

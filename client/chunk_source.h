@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/unique_fd.h"
 #include "common/vmm.h"
 
 namespace gmlake {
@@ -40,6 +41,13 @@ class ChunkSource {
   virtual std::string Describe() const = 0;
   // The backend the chunks live in; the allocator maps them through it.
   virtual VmmBackend* backend() = 0;
+  // A new descriptor of chunk `h` (held by the caller) for another process
+  // to import: CUDA IPC (client/ipc_share.h). A source whose chunks came
+  // from elsewhere may show the descriptor it received, where the backend
+  // cannot export its imports again.
+  virtual absl::StatusOr<UniqueFd> ExportForSharing(ChunkHandle h) {
+    return backend()->ExportChunk(h);
+  }
   // Size of every chunk this source hands out on `device`.
   virtual size_t chunk_size(int device) const = 0;
 

@@ -156,6 +156,10 @@ class DaemonChunkSource : public ChunkSource {
   // 0: 2 MiB chunks, 40 GiB capacity)".
   std::string Describe() const override;
   VmmBackend* backend() override { return backend_; }
+  // The kept descriptor's copy (keep_descriptors), else a new export.
+  absl::StatusOr<UniqueFd> ExportForSharing(ChunkHandle h) override {
+    return ShowableFd(h);
+  }
   // gmlaked's unit on `device`: every chunk is a multiple of it.
   size_t chunk_size(int device) const override;
   // `count` chunks of chunk_size(device): idle ones of that size first, then

@@ -46,6 +46,7 @@
 #include "client/stats.h"
 #include "client/trace_recorder.h"
 #include "common/mutex.h"
+#include "common/unique_fd.h"
 
 namespace gmlake {
 
@@ -100,8 +101,33 @@ class DeviceAllocator {
   uint64_t ReleasePool(MempoolId id);
   // The live allocations of pool `id` (empty for an unknown id).
   std::vector<DevicePtr> PoolLivePointers(MempoolId id) const;
+  // The same with each block's size (what MallocAt takes back).
+  std::vector<std::pair<DevicePtr, size_t>> PoolLiveBlocks(MempoolId id) const;
+  // Allocates `size` bytes at exactly `addr` from pool `id`'s free memory,
+  // as a CUDA graph tree's checkpoint restore needs (its replays use those
+  // addresses): the free block holding the range is split around it.
+  // FailedPrecondition when the range is not free in the pool (allocated,
+  // or freed but still waiting for other streams), NotFound for an unknown
+  // pool, InvalidArgument for an address not on PyTorch's 512-byte grain.
+  absl::StatusOr<DevicePtr> MallocAt(MempoolId id, DevicePtr addr, size_t size);
+  // References held on pool `id` (0 for an unknown or released id).
+  int PoolUseCount(MempoolId id) const;
   // Bytes held by pool `id`: allocated and free.
   uint64_t PoolReservedBytes(MempoolId id) const;
+
+  // --- CUDA IPC (device_allocator_ipc.cc) ---
+  // The chunks behind live allocation `ptr`, exported as descriptors
+  // another process can map (in address order; each mapped whole, one after
+  // another, they hold the allocation at `offset`). NotFound if `ptr` is
+  // not a live allocation here; the backend's error for a chunk it cannot
+  // export (the CUDA driver refuses chunks it imported from gmlaked).
+  struct Exported {
+    size_t offset = 0;
+    size_t size = 0;
+    std::vector<UniqueFd> fds;
+    std::vector<size_t> chunk_sizes;
+  };
+  absl::StatusOr<Exported> ExportLive(DevicePtr ptr);
 
   AllocatorStats stats() const;
   // Live bytes and bytes held but free, for the lake's usage reports: two

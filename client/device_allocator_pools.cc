@@ -7,8 +7,12 @@
 // queries or waits for an event; a private pool's free blocks are never
 // taken, stolen, reactivated or merged by other memory.
 
+#include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 #include "client/device_allocator.h"
 
 namespace gmlake {
@@ -77,6 +81,81 @@ std::vector<DevicePtr> DeviceAllocator::PoolLivePointers(MempoolId id) const {
     if (b->pool->mempool == *tag) out.push_back(ptr);
   }
   return out;
+}
+
+int DeviceAllocator::PoolUseCount(MempoolId id) const {
+  MutexLock lock(&mu_);
+  return mempools_.use_count(id);
+}
+
+std::vector<std::pair<DevicePtr, size_t>> DeviceAllocator::PoolLiveBlocks(
+    MempoolId id) const {
+  MutexLock lock(&mu_);
+  std::vector<std::pair<DevicePtr, size_t>> out;
+  std::optional<uint32_t> tag = mempools_.TagOf(id);
+  if (!tag.has_value()) return out;
+  for (const auto& [ptr, b] : live_) {
+    if (b->pool->mempool == *tag) out.emplace_back(ptr, b->size);
+  }
+  return out;
+}
+
+absl::StatusOr<DevicePtr> DeviceAllocator::MallocAt(MempoolId id,
+                                                    DevicePtr addr,
+                                                    size_t size) {
+  constexpr size_t kGrain = 512;  // every block starts on it
+  if (size == 0 || addr % kGrain != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "malloc at 0x%x of %d bytes: the address must be a non-null "
+        "multiple of 512 and the size positive",
+        addr, size));
+  }
+  const size_t rounded = (size + kGrain - 1) / kGrain * kGrain;
+  TraceRecorder::CallScope call(&trace_);
+  MutexLock lock(&mu_);
+  std::optional<uint32_t> tag = mempools_.TagOf(id);
+  if (!tag.has_value()) {
+    return absl::NotFoundError(
+        absl::StrFormat("pool (%d, %d) of device %d is not live", id.first,
+                        id.second, device_));
+  }
+  Block* found = nullptr;
+  for (const auto& p : pools_) {
+    if (p->mempool != *tag || p->retired) continue;
+    p->free.ForEach([&](Block* b) {
+      if (found == nullptr && b->addr <= addr && addr + rounded <= b->end()) {
+        found = b;
+      }
+    });
+    if (found != nullptr) break;
+  }
+  if (found == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "0x%x..0x%x is not free in pool (%d, %d) of device %d (allocated, "
+        "or freed and waiting for other streams)",
+        addr, addr + rounded, id.first, id.second, device_));
+  }
+  Pool* pool = found->pool;
+  pool->free.Remove(found);
+  if (found->addr < addr) {
+    // The bytes before the range stay free, as a block of their own.
+    Block* front = blocks_.New();
+    front->addr = found->addr;
+    front->size = addr - found->addr;
+    front->pool = pool;
+    front->segment = found->segment;
+    front->free_seq = found->free_seq;
+    front->prev = found->prev;
+    front->next = found;
+    if (found->prev != nullptr) found->prev->next = front;
+    if (found->segment->head == found) found->segment->head = front;
+    found->prev = front;
+    found->addr = addr;
+    found->size -= front->size;
+    pool->free.Insert(front);
+  }
+  Allocate(found, rounded, size);
+  return found->addr;
 }
 
 uint64_t DeviceAllocator::PoolReservedBytes(MempoolId id) const {

@@ -88,7 +88,10 @@ const char* gmlake_describe(void);
  * its free memory to the lake (the bytes; -1 on failure), and blocks still
  * live follow when freed. `filter` is called under gmlake's lock for each
  * malloc while the route is open: it must not call gmlake; `ctx` must live
- * until gmlake_pool_end_allocate. */
+ * until gmlake_pool_end_allocate. gmlake_pool_begin_allocate takes a
+ * reference only on a pool it does not know; PyTorch's beginAllocateToPool
+ * always takes one (releasePool drops it), so a PyTorch door calls
+ * gmlake_pool_create_or_incref first. */
 typedef int (*gmlake_stream_filter)(void* ctx, uint64_t stream);
 int gmlake_pool_create_or_incref(int device, uint64_t id0, uint64_t id1);
 int gmlake_pool_begin_allocate(int device, uint64_t id0, uint64_t id1,
@@ -99,6 +102,65 @@ int64_t gmlake_pool_release(int device, uint64_t id0, uint64_t id1);
  * there are (more than `n`: call again with room), -1 on failure. */
 int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
                          size_t n);
+/* gmlake_pool_live with each block's size in `sizes` (room for `n`). */
+int64_t gmlake_pool_live_blocks(int device, uint64_t id0, uint64_t id1,
+                                void** ptrs, size_t* sizes, size_t n);
+/* Allocates `size` bytes at exactly `ptr` from the pool's free memory: how
+ * a CUDA graph tree's checkpoint is restored (setCheckpointPoolState), its
+ * replays using those addresses. NULL when the range is not free in the
+ * pool, the pool unknown, or `ptr` not on a 512-byte boundary. Free it with
+ * gmlake_free. */
+void* gmlake_pool_malloc_at(int device, uint64_t id0, uint64_t id1, void* ptr,
+                            size_t size);
+/* CUDA IPC (torch.multiprocessing): shares the live allocation at `ptr`
+ * with other processes of this user. Writes a handle (text, at most
+ * GMLAKE_IPC_HANDLE_MAX bytes, no NUL) into `handle` and its length into
+ * `*len`. This process serves the allocation's chunks to receivers over a
+ * Unix socket of its own until the allocation is freed. */
+#define GMLAKE_IPC_HANDLE_MAX 256
+int gmlake_ipc_share(void* ptr, char* handle, size_t* len);
+/* Maps the memory a handle names into this process, on `device`: the same
+ * memory the sender's allocation is. NULL on failure (the sender gone, the
+ * allocation freed there, another user). Release with gmlake_ipc_close. */
+void* gmlake_ipc_open(const char* handle, size_t len, int device);
+int gmlake_ipc_close(void* ptr);
+
+/* How many references (graphs, MemPools) hold the pool: 0 when unknown or
+ * released; -1 on failure. */
+int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);
+
+/* One statistic as PyTorch keeps it (c10::CachingAllocator::Stat). */
+typedef struct gmlake_stat {
+  int64_t current, peak, allocated, freed;
+} gmlake_stat;
+/* The index of each gmlake_stat[3]: PyTorch's StatType order. */
+enum { GMLAKE_STAT_ALL = 0, GMLAKE_STAT_SMALL = 1, GMLAKE_STAT_LARGE = 2 };
+/* One device's statistics in the shape of PyTorch's DeviceStats, for a
+ * native door (client/python/gmlake/_torch_allocator.cc) that has no JSON
+ * parser. docs/stats.md says what each means under gmlake. */
+typedef struct gmlake_device_stats {
+  gmlake_stat allocation[3];
+  gmlake_stat segment[3];
+  gmlake_stat active[3];
+  gmlake_stat inactive_split[3];
+  gmlake_stat allocated_bytes[3];
+  gmlake_stat reserved_bytes[3];
+  gmlake_stat active_bytes[3];
+  gmlake_stat inactive_split_bytes[3];
+  gmlake_stat requested_bytes[3];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_sync_all_streams;
+  int64_t num_device_alloc; /* chunks taken from the lake */
+  int64_t num_device_free;  /* chunks given back */
+  /* Bytes held but not handed out (reserved - allocated): what a request
+   * can have without asking the lake, stitched from any free block. */
+  int64_t cached_free_bytes;
+} gmlake_device_stats;
+/* Fills `*out` for `device`; `out_size` is sizeof(gmlake_device_stats) as
+ * the caller was compiled (a mismatch fails, naming both sizes). */
+int gmlake_get_device_stats(int device, gmlake_device_stats* out,
+                            size_t out_size);
 
 /* The signatures torch.cuda.memory.CUDAPluggableAllocator expects.
  *

@@ -6,10 +6,12 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -18,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/allocator.h"
 #include "client/gmlake.h"
+#include "client/ipc_share.h"
 #include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/bytes.h"
@@ -225,8 +228,93 @@ void* gmlake_malloc(size_t size, int device, uint64_t stream) {
 int gmlake_free(void* ptr) {
   gmlake::Allocator* a = Get();
   if (a == nullptr) return -1;
+  if (gmlake::IpcServer::Get().sharing()) {
+    gmlake::IpcServer::Get().Forget(reinterpret_cast<gmlake::DevicePtr>(ptr));
+  }
   absl::Status s = a->Free(reinterpret_cast<gmlake::DevicePtr>(ptr));
   return s.ok() ? 0 : Fail(s);
+}
+
+namespace {
+// Memory other processes shared, mapped here (gmlake_ipc_open).
+struct Imports {
+  gmlake::Mutex mu;
+  std::map<void*, std::unique_ptr<gmlake::ImportedMemory>> by_ptr;
+};
+Imports& GetImports() {
+  static Imports* imports = new Imports();
+  return *imports;
+}
+}  // namespace
+
+int gmlake_ipc_share(void* ptr, char* handle, size_t* len) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  if (handle == nullptr || len == nullptr) {
+    return Fail(absl::InvalidArgumentError("gmlake_ipc_share: null handle"));
+  }
+  const auto p = reinterpret_cast<gmlake::DevicePtr>(ptr);
+  absl::Status first;
+  for (int dev = 0; dev < a->device_count(); ++dev) {
+    absl::StatusOr<gmlake::DeviceAllocator*> d = a->device(dev);
+    if (!d.ok()) return Fail(d.status());
+    absl::StatusOr<gmlake::DeviceAllocator::Exported> e = (*d)->ExportLive(p);
+    if (!e.ok()) {
+      if (!absl::IsNotFound(e.status())) return Fail(e.status());
+      if (first.ok()) first = e.status();
+      continue;
+    }
+    absl::StatusOr<std::string> h =
+        gmlake::IpcServer::Get().Share(p, dev, *std::move(e));
+    if (!h.ok()) return Fail(h.status());
+    if (h->size() > GMLAKE_IPC_HANDLE_MAX) {
+      gmlake::IpcServer::Get().Forget(p);
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "gmlake: the CUDA IPC handle is ", h->size(),
+          " bytes (the socket's path is long: set TMPDIR to a short one)")));
+    }
+    std::memcpy(handle, h->data(), h->size());
+    *len = h->size();
+    return 0;
+  }
+  return Fail(first.ok() ? absl::NotFoundError("gmlake: no device") : first);
+}
+
+void* gmlake_ipc_open(const char* handle, size_t len, int device) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return nullptr;
+  if (handle == nullptr) {
+    Fail(absl::InvalidArgumentError("gmlake_ipc_open: null handle"));
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<gmlake::ImportedMemory>> m =
+      gmlake::ImportedMemory::Open(a->source()->backend(),
+                                   std::string(handle, len), device);
+  if (!m.ok()) {
+    Fail(m.status());
+    return nullptr;
+  }
+  void* p = reinterpret_cast<void*>((*m)->ptr());
+  Imports& imports = GetImports();
+  gmlake::MutexLock lock(&imports.mu);
+  imports.by_ptr[p] = *std::move(m);
+  return p;
+}
+
+int gmlake_ipc_close(void* ptr) {
+  std::unique_ptr<gmlake::ImportedMemory> m;
+  {
+    Imports& imports = GetImports();
+    gmlake::MutexLock lock(&imports.mu);
+    auto it = imports.by_ptr.find(ptr);
+    if (it == imports.by_ptr.end()) {
+      return Fail(absl::NotFoundError(
+          "gmlake_ipc_close: not memory gmlake_ipc_open mapped"));
+    }
+    m = std::move(it->second);
+    imports.by_ptr.erase(it);
+  }
+  return 0;  // unmapped as `m` goes
 }
 
 int gmlake_record_stream(void* ptr, uint64_t stream) {
@@ -291,6 +379,82 @@ int64_t gmlake_pool_live(int device, uint64_t id0, uint64_t id1, void** ptrs,
     ptrs[i] = reinterpret_cast<void*>(live[i]);
   }
   return static_cast<int64_t>(live.size());
+}
+
+int64_t gmlake_pool_live_blocks(int device, uint64_t id0, uint64_t id1,
+                                void** ptrs, size_t* sizes, size_t n) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  const auto live = d->PoolLiveBlocks({id0, id1});
+  for (size_t i = 0; i < live.size() && i < n; ++i) {
+    ptrs[i] = reinterpret_cast<void*>(live[i].first);
+    sizes[i] = live[i].second;
+  }
+  return static_cast<int64_t>(live.size());
+}
+
+void* gmlake_pool_malloc_at(int device, uint64_t id0, uint64_t id1, void* ptr,
+                            size_t size) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return nullptr;
+  absl::StatusOr<gmlake::DevicePtr> p =
+      d->MallocAt({id0, id1}, reinterpret_cast<gmlake::DevicePtr>(ptr), size);
+  if (!p.ok()) {
+    Fail(p.status());
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(*p);
+}
+
+int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  return d->PoolUseCount({id0, id1});
+}
+
+namespace {
+void CopyStat(const gmlake::StatPair& from, gmlake_stat* to) {
+  to->current = from.current;
+  to->peak = from.peak;
+  to->allocated = from.allocated;
+  to->freed = from.freed;
+}
+
+void CopyPooled(const gmlake::PooledStat& from, gmlake_stat* to) {
+  CopyStat(from, &to[GMLAKE_STAT_ALL]);
+  CopyStat(from.small, &to[GMLAKE_STAT_SMALL]);
+  CopyStat(from.large, &to[GMLAKE_STAT_LARGE]);
+}
+}  // namespace
+
+int gmlake_get_device_stats(int device, gmlake_device_stats* out,
+                            size_t out_size) {
+  if (out == nullptr || out_size != sizeof(gmlake_device_stats)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "gmlake_get_device_stats: the caller's gmlake_device_stats is ",
+        out_size, " bytes, this libgmlake's ", sizeof(gmlake_device_stats),
+        "; rebuild the caller against this gmlake.h")));
+  }
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  const gmlake::AllocatorStats st = d->stats();
+  CopyPooled(st.allocation, out->allocation);
+  CopyPooled(st.segment, out->segment);
+  CopyPooled(st.active, out->active);
+  CopyPooled(st.inactive_split, out->inactive_split);
+  CopyPooled(st.allocated_bytes, out->allocated_bytes);
+  CopyPooled(st.reserved_bytes, out->reserved_bytes);
+  CopyPooled(st.active_bytes, out->active_bytes);
+  CopyPooled(st.inactive_split_bytes, out->inactive_split_bytes);
+  CopyPooled(st.requested_bytes, out->requested_bytes);
+  out->num_alloc_retries = st.num_alloc_retries;
+  out->num_ooms = st.num_ooms;
+  out->num_sync_all_streams = st.num_sync_all_streams;
+  out->num_device_alloc = st.chunks_acquired;
+  out->num_device_free = st.chunks_returned;
+  out->cached_free_bytes = std::max<int64_t>(
+      0, st.reserved_bytes.current - st.allocated_bytes.current);
+  return 0;
 }
 
 uint64_t gmlake_empty_cache(void) {

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "client/device_allocator.h"
 #include "client/embedded_lake.h"
 #include "client/options.h"
@@ -192,6 +194,58 @@ TEST_F(GraphPoolTest, ReplaysInALoopLeakNothingAndLiveBlocksFollowRelease) {
   EXPECT_EQ(s.num_mallocs, s.num_frees);
   EXPECT_EQ(host_->capture_violations(), 0u);
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// A CUDA graph tree rewinds its pool to a checkpoint: the blocks live then
+// are allocated again at the same addresses, from the pool's free memory,
+// the bytes around each staying free; ranges not free are refused.
+TEST_F(GraphPoolTest, MallocAtRestoresACheckpointsBlocksInPlace) {
+  const MempoolId id{3, 0};
+  alloc_->CreateOrIncrefPool(id);
+  BeginCapture(id);
+  DevicePtr a = Malloc(3 * kMiB, kCapture);
+  DevicePtr b = Malloc(kMiB, kCapture);
+  DevicePtr c = Malloc(2 * kMiB, kSide);
+  EndCapture(id);
+  const auto checkpoint = alloc_->PoolLiveBlocks(id);
+  ASSERT_EQ(checkpoint.size(), 3u);
+  for (DevicePtr p : {a, b, c}) ASSERT_TRUE(alloc_->Free(p).ok());
+  ASSERT_TRUE(alloc_->PoolLiveBlocks(id).empty());
+  const AllocatorStats before = alloc_->stats();
+  // Last first: each range is cut out of the middle of a free block.
+  for (auto it = checkpoint.rbegin(); it != checkpoint.rend(); ++it) {
+    auto p = alloc_->MallocAt(id, it->first, it->second);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, it->first);
+  }
+  auto live = alloc_->PoolLiveBlocks(id);
+  std::sort(live.begin(), live.end());
+  auto expected = checkpoint;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(live, expected);
+  const AllocatorStats after = alloc_->stats();
+  EXPECT_EQ(after.allocated_bytes.current - before.allocated_bytes.current,
+            static_cast<int64_t>(6 * kMiB));
+  EXPECT_EQ(after.reserved_bytes.current, before.reserved_bytes.current);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+  // Taken already, half taken, off the grain, another pool: refused.
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(alloc_->MallocAt(id, b, kMiB).status()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(alloc_->MallocAt(id, b - 512, 1024).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(alloc_->MallocAt(id, a + 100, 512).status()));
+  EXPECT_TRUE(absl::IsNotFound(alloc_->MallocAt({9, 9}, a, 512).status()));
+  // Default memory is not the pool's to give.
+  DevicePtr other = Malloc(kMiB, kOther);
+  ASSERT_TRUE(alloc_->Free(other).ok());
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(alloc_->MallocAt(id, other, kMiB).status()));
+  // The restored blocks free as any other, and the pool releases whole.
+  for (const auto& [p, size] : checkpoint) ASSERT_TRUE(alloc_->Free(p).ok());
+  EXPECT_GT(alloc_->ReleasePool(id), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+  EXPECT_EQ(host_->capture_violations(), 0u);
 }
 
 }  // namespace

@@ -90,6 +90,9 @@ def main():
     ap.add_argument("--package", required=True, help="the gmlake package folder")
     ap.add_argument("--lib", required=True, help="libgmlake.so")
     ap.add_argument("--bin", action="append", default=[])
+    ap.add_argument("--header", action="append", default=[],
+                    help="C headers for gmlake/include (the native PyTorch "
+                    "door is compiled against gmlake.h on first use)")
     args = ap.parse_args()
 
     name = os.path.basename(args.out)
@@ -113,6 +116,11 @@ def main():
         bin_dir = os.path.join(pkg, "bin")
         os.makedirs(lib_dir)
         os.makedirs(bin_dir)
+        if args.header:
+            include_dir = os.path.join(pkg, "include")
+            os.makedirs(include_dir)
+            for h in args.header:
+                shutil.copy(h, os.path.join(include_dir, os.path.basename(h)))
 
         elves = [shutil.copy(args.lib, os.path.join(lib_dir, "libgmlake.so"))]
         elves += [shutil.copy(b, os.path.join(bin_dir, os.path.basename(b)))

@@ -364,6 +364,48 @@ class LauncherTest(unittest.TestCase):
         self.assertIn("user 1", out)
 
 
+class DoorChoiceTest(unittest.TestCase):
+    """Which PyTorch door, and what the native one is built from; the build
+    itself needs torch and runs on the GPU machine (torch_door_test.sh)."""
+
+    def setUp(self):
+        from gmlake import _door
+        self.door = _door
+        self.saved = dict(os.environ)
+
+    def tearDown(self):
+        os.environ.clear()
+        os.environ.update(self.saved)
+
+    def test_the_environment_chooses_the_pluggable_door_or_is_refused(self):
+        os.environ["GMLAKE_TORCH_DOOR"] = "pluggable"
+        with self.assertRaisesRegex(self.door.Unavailable, "^GMLAKE_TORCH_DOOR=pluggable$"):
+            self.door.install("/nonexistent/libgmlake.so", None)
+        os.environ["GMLAKE_TORCH_DOOR"] = "fancy"
+        with self.assertRaisesRegex(self.door.Unavailable, "neither native nor pluggable"):
+            self.door.install("/nonexistent/libgmlake.so", None)
+
+    def test_the_package_carries_the_source_and_the_header(self):
+        self.assertTrue(os.path.exists(self.door._SOURCE), self.door._SOURCE)
+        self.assertTrue(os.path.exists(os.path.join(self.door._gmlake_include(), "gmlake.h")))
+
+    def test_cuda_headers_from_cuda_home_and_the_runtime_torch_ships_first(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            home = os.path.join(tmp, "cuda")
+            os.makedirs(os.path.join(home, "include"))
+            open(os.path.join(home, "include", "cuda_runtime_api.h"), "w").close()
+            torch_dir = os.path.join(tmp, "site", "torch")
+            os.makedirs(torch_dir)
+            os.environ["CUDA_HOME"] = home
+            self.assertEqual(self.door._cuda_include(torch_dir), os.path.join(home, "include"))
+            shipped = os.path.join(tmp, "site", "nvidia", "cu13", "lib")
+            os.makedirs(shipped)
+            open(os.path.join(shipped, "libcudart.so.13"), "w").close()
+            choices = self.door._cudart_choices(torch_dir, os.path.join(home, "include"))
+            self.assertEqual(choices[0][0], os.path.join(shipped, "libcudart.so.13"))
+            self.assertEqual(choices[-1][-2:], ["-lcudart", "-Wl,-rpath," + os.path.join(home, "lib64")])
+
+
 class HookTest(unittest.TestCase):
 
     def test_callback_runs_after_the_module_and_before_the_importer_goes_on(self):

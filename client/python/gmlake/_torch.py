@@ -1,6 +1,9 @@
 # Copyright 2026 The GMLake Authors.
 """GMLake as PyTorch's CUDA allocator, and PyTorch's memory calls routed to it.
 
+The native door (gmlake/_door.py: a CUDAAllocator subclass compiled against
+the installed torch) is used where it can be built; it serves CUDA graphs,
+MemPool, cacheInfo and the rest of PyTorch's allocator interface. Else
 PyTorch's CUDAPluggableAllocator takes malloc and free; its optional hooks
 (record_stream, empty_cache, memory fraction) are set from here. Its
 statistics, snapshot and history calls raise "does not yet support" under a
@@ -40,6 +43,10 @@ _HOOKS = (
 _lock = threading.RLock()
 _enabled_conf = None  # the GMLAKE_CONF text once enabled
 _routed = {}          # torch._C name -> PyTorch's function it replaced
+# Which door GMLake entered PyTorch by: "native" (gmlake/_door.py, a
+# CUDAAllocator subclass) or "pluggable" (CUDAPluggableAllocator); None
+# before enable().
+door_in_use = None
 
 
 def is_enabled():
@@ -109,6 +116,28 @@ def enable(conf=None, open_lake_now=True):
 
 
 def _install_allocator(torch):
+    """Installs GMLake as PyTorch's allocator through the native door where
+    it can be built, else the pluggable one, and says which. Returns the
+    pluggable hooks this PyTorch lacks."""
+    global door_in_use
+    from . import _door
+    try:
+        path = _door.install(_lib.loaded_path(), torch)
+    except _door.Unavailable as e:
+        if "already initialized" in str(e):
+            raise GMLakeError(TOO_LATE) from e
+        missing = _install_pluggable(torch)
+        door_in_use = "pluggable"
+        print("gmlake: PyTorch allocator door: pluggable (%s)" % e,
+              file=sys.stderr)
+        return missing
+    door_in_use = "native"
+    print("gmlake: PyTorch allocator door: native CUDAAllocator subclass (%s)"
+          % path, file=sys.stderr)
+    return []
+
+
+def _install_pluggable(torch):
     lib = _lib.load()
     # Out of memory raises torch.OutOfMemoryError where the shim can be
     # built, else a RuntimeError with PyTorch's wording (gmlake/_oom.py).
