@@ -18,7 +18,7 @@ set -uo pipefail
 root="$(pwd)"
 source tests/gpu/wheel_venv.sh
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-door.XXXXXX)}"
-export GMLAKE_CACHE_DIR="$(mktemp -d /tmp/gmlake-door-cache.XXXXXX)"
+export GMLAKE_CACHE_DIR="${GMLAKE_CACHE_DIR:-$(mktemp -d /tmp/gmlake-door-cache.XXXXXX)}"
 TEST="${WORKLOADS}/torch_door_test.py"
 cp "${root}/tests/gpu/torch_door_test.py" "${TEST}"
 cd "${WORKLOADS}"
