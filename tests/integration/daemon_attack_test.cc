@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace testing {
@@ -295,7 +296,12 @@ int Threads(pid_t pid) {
 // threads, and the daemon used to grow to 314 threads. Waiting leases are
 // capped per uid and in all; the rest fail at once, saying so.
 TEST_F(Attack, WaitingLeasesDoNotEachHoldAThread) {
-  StartDaemon({"--capacity=16MiB", "--reclaim_timeout=10s"});
+  // Both the wait and the bound on answers scale for sanitizer builds;
+  // the bound stays below the wait, or the timeout would answer them all.
+  const absl::Duration wait = testing::Scaled(absl::Seconds(10));
+  StartDaemon(
+      {"--capacity=16MiB",
+       absl::StrCat("--reclaim_timeout=", absl::ToInt64Seconds(wait), "s")});
   const int baseline = Threads(daemon_->pid());
   ASSERT_GT(baseline, 0);
   absl::StatusOr<std::unique_ptr<ClientProcess>> holder =
@@ -309,7 +315,7 @@ TEST_F(Attack, WaitingLeasesDoNotEachHoldAThread) {
   ASSERT_OK(a->Command("lease_many 150 0 1"));
   ASSERT_OK(b->Command("lease_many 150 0 1"));
   // Those past the caps are answered at once; the others wait (10 s).
-  const absl::Time deadline = absl::Now() + absl::Seconds(8);
+  const absl::Time deadline = absl::Now() + wait * 0.8;
   for (ClientProcess* c : {a, b}) {
     for (;;) {
       absl::StatusOr<std::string> answered = c->Command("lease_many_status");
