@@ -158,9 +158,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   for (const std::string& f : flags) {
     if (f.rfind("--flagfile=", 0) == 0) argv.push_back(f);
   }
+  // No idle release unless a test asks (--release_idle=...: the last one
+  // wins): with no session open, free chunks would go back to the driver
+  // at the daemon's next wake, and a test counting what came back to the
+  // lake after its clients ended would race that.
   for (const std::string& f :
        {std::string("--backend=host"), "--socket=" + d->socket_,
-        "--fd_socket=" + d->fd_socket_, std::string("--verbose")}) {
+        "--fd_socket=" + d->fd_socket_, std::string("--verbose"),
+        std::string("--release_idle=0")}) {
     argv.push_back(f);
   }
   for (const std::string& f : flags) {

@@ -33,7 +33,8 @@ constexpr absl::Duration kPatience = absl::Seconds(30);
 // A running gmlaked.
 class Daemon {
  public:
-  // Starts gmlaked --backend=host with `flags` added, on sockets in a new
+  // Starts gmlaked --backend=host --release_idle=0 with `flags` added (a
+  // flag given again wins), on sockets in a new
   // directory under /tmp (mode 0755, so clients of other uids can reach
   // it), and waits until it answers Status.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(

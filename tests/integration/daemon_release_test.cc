@@ -26,8 +26,8 @@ constexpr uint64_t kChunk = 2 << 20;
 TEST(DaemonRelease, AfterAllClientsExitCreatedBytesFallToTheFloor) {
   // The default idle time (a minute) applies while sessions are open; once
   // the last one ends, everything above the floor goes at the next wake.
-  absl::StatusOr<std::unique_ptr<Daemon>> d =
-      Daemon::Start({"--capacity=64MiB", "--precreate=16MiB"});
+  absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
+      {"--capacity=64MiB", "--precreate=16MiB", "--release_idle=1m"});
   ASSERT_OK(d);
   std::vector<std::unique_ptr<ClientProcess>> clients;
   for (const char* name : {"rank0", "rank1"}) {
@@ -88,8 +88,8 @@ TEST(DaemonRelease, AfterAllClientsExitCreatedBytesFallToTheFloor) {
 TEST(DaemonRelease, WhenTheLastSessionEndsFreeChunksGoBackWithinSeconds) {
   // The default idle time (a minute): only the end of the last session
   // sends the chunks back this soon.
-  absl::StatusOr<std::unique_ptr<Daemon>> d =
-      Daemon::Start({"--capacity=64MiB", "--precreate=8MiB"});
+  absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
+      {"--capacity=64MiB", "--precreate=8MiB", "--release_idle=1m"});
   ASSERT_OK(d);
   absl::StatusOr<std::unique_ptr<ClientProcess>> job =
       ClientProcess::Start((*d)->socket(), {"--name=job"});
@@ -128,7 +128,7 @@ TEST(DaemonRelease, WhenTheLastSessionEndsFreeChunksGoBackWithinSeconds) {
 
 TEST(DaemonRelease, WhileASessionHoldsChunksFreeOnesStayForTheIdleTime) {
   absl::StatusOr<std::unique_ptr<Daemon>> d =
-      Daemon::Start({"--capacity=64MiB"});
+      Daemon::Start({"--capacity=64MiB", "--release_idle=1m"});
   ASSERT_OK(d);
   absl::StatusOr<std::unique_ptr<ClientProcess>> stays =
       ClientProcess::Start((*d)->socket(), {"--name=stays"});

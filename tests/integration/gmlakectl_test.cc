@@ -31,8 +31,8 @@ CommandResult Ctl(const Daemon& d, const std::vector<std::string>& args) {
 }
 
 TEST(Gmlakectl, StatusClientsTrimInTablesAndJson) {
-  absl::StatusOr<std::unique_ptr<Daemon>> d =
-      Daemon::Start({"--capacity=32MiB", "--uid_quota=20GiB"});
+  absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start(
+      {"--capacity=32MiB", "--uid_quota=20GiB", "--release_idle=1m"});
   ASSERT_TRUE(d.ok()) << d.status();
   absl::StatusOr<std::unique_ptr<ClientProcess>> c =
       ClientProcess::Start((*d)->socket(), {"--name=trainer-rank3"});
