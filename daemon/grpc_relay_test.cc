@@ -18,6 +18,7 @@
 #include "common/unique_fd.h"
 #include "daemon/untrusted_fd.h"
 #include "gtest/gtest.h"
+#include "tests/send_with_fd.h"
 
 namespace gmlake {
 namespace {
@@ -132,22 +133,7 @@ TEST(GrpcRelay, RefusesDescriptorsAndClosesThem) {
   int pipe_fds[2];
   ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
   UniqueFd read_end(pipe_fds[0]);
-  {
-    char byte = 'x';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pipe_fds[1], sizeof(int));
-    ASSERT_EQ(::sendmsg(r.client.get(), &msg, MSG_NOSIGNAL), 1);
-  }
+  ASSERT_EQ(testing::SendWithFd(r.client.get(), "x", pipe_fds[1]), 0);
   ::close(pipe_fds[1]);
   // The relay's copy was the last write end: closed, the pipe reads EOF.
   pollfd p{read_end.get(), POLLIN, 0};

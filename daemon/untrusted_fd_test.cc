@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
+#include "tests/send_with_fd.h"
 
 namespace gmlake {
 namespace {
@@ -79,22 +80,7 @@ TEST(UntrustedFd, RefusedDescriptorsAreRefusedBySendmsg) {
   UniqueFd a(sv[0]), b(sv[1]);
   absl::Status s = RefuseDescriptors(b.get());
   if (!s.ok()) GTEST_SKIP() << s;  // a kernel before 6.16
-  char byte = 'x';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int fd = a.get();
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  EXPECT_LT(::sendmsg(a.get(), &msg, MSG_NOSIGNAL), 0);
-  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(testing::SendWithFd(a.get(), "x", a.get()), EPERM);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "common/unique_fd.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/gmlake.grpc.pb.h"
+#include "tests/send_with_fd.h"  // the harness's tests send with it
 #include "tests/test_paths.h"
 
 namespace gmlake {
@@ -135,9 +136,6 @@ struct LingeringSocket {
   UniqueFd listener, peer, sock;
 };
 LingeringSocket MakeLingeringSocket(int linger_seconds);
-
-// Sends `bytes` with `fd` attached (SCM_RIGHTS); the errno, or 0.
-int SendWithFd(int sock, const std::string& bytes, int fd);
 
 // Parses "err CODE message" / "ok rest" lines.
 absl::StatusOr<std::string> ParseAnswer(const std::string& line);
