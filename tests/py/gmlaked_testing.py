@@ -102,8 +102,12 @@ class Gmlaked:
       # recognise its stderr as the journal.
       st = os.fstat(self._log.fileno())
       child_env["JOURNAL_STREAM"] = "%d:%d" % (st.st_dev, st.st_ino)
+    # No idle release unless a test asks (its --release_idle comes later and
+    # wins): with no session open, free chunks go back to the driver at the
+    # daemon's next wake, and a test reading the books after its clients
+    # ended would race that (as tests/integration/daemon_harness.cc).
     # The test's sockets and backend come last: they win over a flagfile's.
-    argv = [runfile("daemon/gmlaked")] + list(flags) + [
+    argv = [runfile("daemon/gmlaked"), "--release_idle=0"] + list(flags) + [
         "--backend=host", "--host_capacity=1GiB", "--socket=" + self.socket,
         "--fd_socket=" + self.fd_socket]
     self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
