@@ -1170,6 +1170,7 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
     Block* best = nullptr;
     size_t best_q = 0, best_n = 0;
     for (auto& pool : pools_) {
+      if (pool->mempool != 0) continue;  // as above: graphs replay into it
       pool->free.ForEach([&](Block* b) {
         mu_.AssertHeld();  // held by our caller; tells the lock checker
         if (b == keep_a || b == keep_b) return;
@@ -1528,17 +1529,21 @@ std::string DeviceAllocator::SegmentsJson() const {
                                : (act ? "active_pending_free" : "inactive"),
                           "\",\"frames\":[]}");
         }
-        absl::StrAppend(&out, first_seg ? "" : ",", "{\"device\":", device_,
-                        ",\"address\":", a->PageAddr(seg->first_page),
-                        ",\"total_size\":", seg->num_pages * page_size_,
-                        ",\"allocated_size\":", allocated,
-                        ",\"active_size\":", active,
-                        ",\"requested_size\":", requested,
-                        ",\"stream\":", seg->head->pool->stream,
-                        ",\"segment_type\":\"", a->small ? "small" : "large",
-                        "\",\"segment_pool_id\":[0,0],\"is_expandable\":true,"
-                        "\"frames\":[],\"blocks\":[",
-                        blocks, "]}");
+        // PyTorch's segment_pool_id: the private pool (graph or MemPool)
+        // the segment's memory serves, (0, 0) for default memory.
+        const MempoolId pool_id =
+            mempools_.IdOf(seg->head->pool->mempool).value_or(MempoolId{0, 0});
+        absl::StrAppend(
+            &out, first_seg ? "" : ",", "{\"device\":", device_,
+            ",\"address\":", a->PageAddr(seg->first_page),
+            ",\"total_size\":", seg->num_pages * page_size_,
+            ",\"allocated_size\":", allocated, ",\"active_size\":", active,
+            ",\"requested_size\":", requested,
+            ",\"stream\":", seg->head->pool->stream, ",\"segment_type\":\"",
+            a->small ? "small" : "large", "\",\"segment_pool_id\":[",
+            pool_id.first, ",", pool_id.second,
+            "],\"is_expandable\":true,\"frames\":[],\"blocks\":[", blocks,
+            "]}");
         first_seg = false;
       }
     }

@@ -4,7 +4,9 @@
 // streams can be marked captured: what CUDA graph capture needs.
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -97,6 +99,13 @@ TEST_F(GraphPoolTest, PoolMemoryIsHandedToNoOneElseUntilReleased) {
     for (DevicePtr q : in_pool) EXPECT_NE(p, q);
   }
   EXPECT_GT(alloc_->PoolReservedBytes(id), 0u);
+  // Snapshots name the pool a segment serves, as PyTorch's segment_pool_id
+  // (test_cuda_graph_allocator_propagates_stream looks for the graph's).
+  const std::string segments = alloc_->SegmentsJson();
+  EXPECT_NE(segments.find("\"segment_pool_id\":[1,0]"), std::string::npos)
+      << segments;
+  EXPECT_NE(segments.find("\"segment_pool_id\":[0,0]"), std::string::npos)
+      << segments;
   for (DevicePtr p : others) ASSERT_TRUE(alloc_->Free(p).ok());
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
   EXPECT_EQ(host_->capture_violations(), 0u);
@@ -193,6 +202,42 @@ TEST_F(GraphPoolTest, ReplaysInALoopLeakNothingAndLiveBlocksFollowRelease) {
   EXPECT_EQ(s.allocated_bytes.current, 0);
   EXPECT_EQ(s.num_mallocs, s.num_frees);
   EXPECT_EQ(host_->capture_violations(), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// torch.cuda.empty_cache() between replays of a live graph (PyTorch's
+// test_graph_memory_stats_and_use_result_after_destroy_graph): the memory
+// the graph's intermediates were freed into is replayed into, so emptying
+// the cache leaves it mapped and the pool's, however much is asked for.
+// Found on the H200 as an illegal address at the next replay: the rest
+// that whole-chunk steals left was taken from any pool.
+TEST_F(GraphPoolTest, EmptyCacheLeavesALivePoolsFreeMemoryMapped) {
+  const MempoolId id{4, 0};
+  alloc_->CreateOrIncrefPool(id);
+  BeginCapture(id);
+  std::vector<DevicePtr> tmps;
+  for (size_t s : {7 * kMiB, 3 * kMiB + 512, size_t{900} * 1024}) {
+    tmps.push_back(Malloc(s, kCapture));
+  }
+  DevicePtr out = Malloc(5 * kMiB, kCapture);
+  for (DevicePtr p : tmps) ASSERT_TRUE(alloc_->Free(p).ok());
+  EndCapture(id);
+  // Default memory beside it, free too: that part may go.
+  DevicePtr eager = Malloc(11 * kMiB, kOther);
+  ASSERT_TRUE(alloc_->Free(eager).ok());
+  const uint64_t pool_bytes = alloc_->PoolReservedBytes(id);
+  alloc_->EmptyCache();
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), pool_bytes);
+  // A replay writes the intermediates again: still mapped, still free in
+  // the pool at the same addresses.
+  for (DevicePtr p : tmps) {
+    std::memset(reinterpret_cast<void*>(p), 0x5a, 512 * 1024);
+  }
+  auto again = alloc_->MallocAt(id, tmps[0], 7 * kMiB);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(alloc_->Free(*again).ok());
+  ASSERT_TRUE(alloc_->Free(out).ok());
+  EXPECT_GE(alloc_->ReleasePool(id), pool_bytes);
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }
 

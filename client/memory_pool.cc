@@ -54,6 +54,14 @@ std::optional<uint32_t> MemoryPools::TagOf(MempoolId id) const {
   return it->second.tag;
 }
 
+std::optional<MempoolId> MemoryPools::IdOf(uint32_t tag) const {
+  if (tag == 0) return std::nullopt;
+  for (const auto& [id, e] : pools_) {
+    if (e.tag == tag) return id;
+  }
+  return std::nullopt;
+}
+
 int MemoryPools::use_count(MempoolId id) const {
   auto it = pools_.find(id);
   return it == pools_.end() ? 0 : it->second.refs;

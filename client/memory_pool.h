@@ -59,6 +59,9 @@ class MemoryPools {
   bool capturing() const { return !routes_.empty(); }
   // The tag of a live pool, nullopt if unknown.
   std::optional<uint32_t> TagOf(MempoolId id) const;
+  // The id of the live pool with `tag`, nullopt for 0 (default memory) and
+  // for a retired pool's tag. Linear: for snapshots, not the hot path.
+  std::optional<MempoolId> IdOf(uint32_t tag) const;
   int use_count(MempoolId id) const;
   size_t size() const { return pools_.size(); }
 

@@ -30,8 +30,11 @@ TEST(MemoryPoolsTest, SharedPoolLivesUntilTheLastRelease) {
   EXPECT_EQ(pools.use_count({0, 1}), 2);
   EXPECT_FALSE(pools.Release({0, 1}).has_value());
   EXPECT_EQ(pools.TagOf({0, 1}), a);
+  EXPECT_EQ(pools.IdOf(a), (MempoolId{0, 1}));
+  EXPECT_FALSE(pools.IdOf(0).has_value());  // default memory
   EXPECT_EQ(pools.Release({0, 1}), a);
   EXPECT_FALSE(pools.TagOf({0, 1}).has_value());
+  EXPECT_FALSE(pools.IdOf(a).has_value());  // retired
   EXPECT_FALSE(pools.Release({0, 1}).has_value());
   // Tags are never reused: blocks of the old pool cannot join a new one.
   EXPECT_NE(pools.CreateOrIncref({0, 1}), a);

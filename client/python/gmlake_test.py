@@ -181,6 +181,9 @@ class SnapshotTest(WithLake):
         self.assertIn((__file__, "SnapshotTest.allocate_here"), names)
         self.assertEqual(sorted(snap["segments"][0]), sorted(
             set(snap["segments"][0]) | set(viz_check.SEGMENT_KEYS)))
+        # As PyTorch's: a hashable tuple, (0, 0) for default memory.
+        self.assertEqual({s["segment_pool_id"] for s in snap["segments"]},
+                         {(0, 0)})
         for p in blocks[1::2] + [big, small]:
             lib().gmlake_free(p)
 

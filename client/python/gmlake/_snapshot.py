@@ -16,7 +16,13 @@ def snapshot():
     """torch.cuda.memory._snapshot()'s dictionary: "segments" (every mapped
     segment of every device, with its blocks) and "device_traces" (one list
     of events per device, oldest first, while history is recorded)."""
-    return _lib.take_json(_lib.load().gmlake_snapshot_json())
+    snap = _lib.take_json(_lib.load().gmlake_snapshot_json())
+    # PyTorch's segment_pool_id is a tuple (MempoolId_t): callers put it in
+    # sets and compare it with MemPool.id and graph.pool(). JSON has lists.
+    for seg in snap.get("segments", []):
+        if isinstance(seg.get("segment_pool_id"), list):
+            seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    return snap
 
 
 def dump(path, snap=None):
