@@ -28,6 +28,7 @@ ap.add_argument("--conf", default="", help="GMLAKE_CONF for the gmlake runs")
 ap.add_argument("--workload", default=".gpu/workloads/llama_train.py")
 ap.add_argument("--json", default="", help="append one JSON line per run here")
 ap.add_argument("--timeout", type=int, default=300)
+ap.add_argument("--compile", default="", help="passed to the workload: torch.compile mode, e.g. reduce-overhead")
 args = ap.parse_args()
 
 # Runs the workload in this child, then prints GMLake's counters.
@@ -49,6 +50,8 @@ def run_once(allocator):
         env["GMLAKE_CONF"] = args.conf
     cmd = [sys.executable, "-c", CHILD, args.workload, allocator, "--allocator", allocator,
            "--model", args.model, "--mode", args.mode, "--steps", str(args.steps)]
+    if args.compile:
+        cmd += ["--compile", args.compile]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     result, stats = None, {}
     for line in p.stdout.splitlines():
@@ -64,7 +67,7 @@ def run_once(allocator):
 
 allocators = args.allocators.split(",")
 runs = {a: [] for a in allocators}
-print("== %s %s, %d steps, %d reps, order %s%s" % (args.model, args.mode, args.steps, args.reps,
+print("== %s %s%s, %d steps, %d reps, order %s%s" % (args.model, args.mode, (" compile=" + args.compile) if args.compile else "", args.steps, args.reps,
       " ".join(allocators), (", GMLAKE_CONF=" + args.conf) if args.conf else ""), flush=True)
 for rep in range(args.reps):
     for a in allocators:
