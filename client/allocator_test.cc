@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace {
@@ -500,6 +501,53 @@ namespace {
 // events that take a while (so slow paths run with the lock down while
 // others allocate). Every thread's data stays intact, no two live blocks
 // overlap, and the books balance afterwards.
+// A malloc that takes another stream's free block records an event on
+// that stream with the lock down (HandOver). Other threads meanwhile make
+// pools for new streams, which can move the allocator's list of pools: the
+// slow path must not read that list while its lock is down. Found as a
+// SIGSEGV in TakeFromOtherStream (1 of 425 runs of the suite beside a
+// build, ThreadsStitchingAtOnceKeepDataAndBooks); here the gate holds the
+// slow path in that window while 64 new streams arrive, which
+// ThreadSanitizer reports as a use after free without the fix.
+TEST_F(AllocatorTest, NewStreamsWhileASlowPathHandsABlockOver) {
+  Make(256 * kChunk);
+  auto first = allocator_->Malloc(8 * kMiB, 0, /*stream=*/1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(allocator_->Free(*first).ok());
+  // Relaxed atomics, not a mutex: the gate must not order the two threads
+  // for ThreadSanitizer, as nothing orders them outside this test.
+  std::atomic<bool> entered{false}, release{false};
+  host_->SetRecordEventGate([&](StreamHandle s) {
+    if (s != 1 || entered.exchange(true, std::memory_order_relaxed)) return;
+    while (!release.load(std::memory_order_relaxed)) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  absl::StatusOr<DevicePtr> taken;
+  std::thread slow([&] { taken = allocator_->Malloc(8 * kMiB, 0, 2); });
+  const absl::Time deadline = absl::Now() + testing::Scaled(absl::Seconds(20));
+  while (!entered.load(std::memory_order_relaxed) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(entered.load(std::memory_order_relaxed));
+  // Pools for 64 new streams, each request larger than any other stream's
+  // free block (so none records an event): the list of pools grows and
+  // moves.
+  std::vector<DevicePtr> held;
+  for (StreamHandle s = 100; s < 164; ++s) {
+    auto p = allocator_->Malloc(3 * kMiB, 0, s);
+    ASSERT_TRUE(p.ok()) << p.status();
+    held.push_back(*p);
+  }
+  release.store(true, std::memory_order_relaxed);
+  slow.join();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, *first);  // stream 1's block, handed over
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  ASSERT_TRUE(allocator_->Free(*taken).ok());
+  for (DevicePtr p : held) ASSERT_TRUE(allocator_->Free(p).ok());
+}
+
 TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
   Make(160 * kChunk);
   host_->set_event_delay(absl::Microseconds(200));

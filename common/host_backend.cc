@@ -241,8 +241,19 @@ absl::Status HostBackend::CheckCapture(StreamHandle stream, bool any,
       "): CUDA forbids it during graph capture; the allocator must defer it"));
 }
 
+void HostBackend::SetRecordEventGate(std::function<void(StreamHandle)> gate) {
+  MutexLock lock(&gate_mu_);
+  record_gate_ = std::move(gate);
+}
+
 absl::Status HostBackend::DoRecordEvent(EventHandle event,
                                         StreamHandle stream) {
+  std::function<void(StreamHandle)> gate;
+  {
+    MutexLock lock(&gate_mu_);
+    gate = record_gate_;
+  }
+  if (gate) gate(stream);
   if (absl::Status s = CheckCapture(stream, false, "RecordEvent"); !s.ok()) {
     return s;
   }

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,11 @@ class HostBackend : public VmmBackend {
   void FinishQueuedWork() { books_.FinishQueuedWork(); }
   // Threads blocked in SyncEvent now.
   int event_waiters() const { return books_.event_waiters(); }
+  // Calls `gate` (with no lock of the backend held) at the start of every
+  // later RecordEvent, with its stream, so a test can hold the recording
+  // thread there: a gate for the windows where the allocator drops its lock
+  // to record (tests/time_scale.h has the deadlines). Empty: none.
+  void SetRecordEventGate(std::function<void(StreamHandle)> gate);
 
   // Stream capture, as CUDA graphs do it: while any stream is marked
   // captured, an event recorded on a captured stream, any event query or
@@ -144,6 +150,8 @@ class HostBackend : public VmmBackend {
   Mutex capture_mu_;  // common/mutex.h: seen by ThreadSanitizer
   std::vector<StreamHandle> captured_ ABSL_GUARDED_BY(capture_mu_);
   std::atomic<uint64_t> capture_violations_{0};
+  Mutex gate_mu_;
+  std::function<void(StreamHandle)> record_gate_ ABSL_GUARDED_BY(gate_mu_);
   const std::string note_;
   const uint64_t fd_limit_;
 };
