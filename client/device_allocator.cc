@@ -734,8 +734,12 @@ uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {
 // flight.
 
 Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
-  for (auto& other : pools_) {
-    if (other.get() == pool || other->small != pool->small ||
+  // By index, and nothing of pools_ read with the lock down: other threads
+  // add pools for new streams meanwhile, which moves the vector (a Pool
+  // itself stays where it is).
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    Pool* other = pools_[i].get();
+    if (other == pool || other->small != pool->small ||
         other->mempool != pool->mempool) {
       continue;
     }
@@ -746,9 +750,10 @@ Block* DeviceAllocator::TakeFromOtherStream(Pool* pool, size_t size) {
     // The block's last user may still be running on its stream: the new
     // one waits for it on the device, not here.
     std::vector<EventHandle> events = TakeIdleEvents(1);
-    mu_.Unlock();
     const StreamHandle streams[] = {other->stream};
-    const absl::Status handed = HandOver(pool->stream, streams, &events);
+    const StreamHandle user = pool->stream;
+    mu_.Unlock();
+    const absl::Status handed = HandOver(user, streams, &events);
     mu_.Lock();
     idle_events_.insert(idle_events_.end(), events.begin(), events.end());
     b->state = BlockState::kFree;
