@@ -548,6 +548,51 @@ TEST_F(AllocatorTest, NewStreamsWhileASlowPathHandsABlockOver) {
   for (DevicePtr p : held) ASSERT_TRUE(allocator_->Free(p).ok());
 }
 
+// Threads that find no room at once reserve one arena between them, not
+// one each: an arena is 512 GiB of address space, and under
+// ThreadSanitizer (whose heap holds few such ranges) all reservations but
+// the first failed, so 8 threads starting together ran out of memory with
+// the lake all free. The gate holds every reservation until all 8
+// threads could have made theirs.
+TEST_F(AllocatorTest, ThreadsFindingNoRoomAtOnceReserveOneArena) {
+  Make(96 * kMiB);
+  constexpr int kThreads = 8;
+  constexpr size_t kLargeArena = size_t{512} << 30;  // the default
+  // Relaxed atomics, not a mutex: the gate must not order the threads.
+  std::atomic<int> entered{0};
+  std::atomic<bool> release{false};
+  host_->SetReserveGate([&](size_t size) {
+    if (size != kLargeArena) return;
+    entered.fetch_add(1, std::memory_order_relaxed);
+    while (!release.load(std::memory_order_relaxed)) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  const uint64_t reserves = host_->call_stats().Count(VmmCall::kReserve);
+  std::vector<absl::StatusOr<DevicePtr>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back(
+        [&, t] { got[t] = allocator_->Malloc(4 * kMiB, 0, /*stream=*/1 + t); });
+  }
+  const absl::Time deadline =
+      absl::Now() + testing::Scaled(absl::Milliseconds(500));
+  while (entered.load(std::memory_order_relaxed) < kThreads &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  release.store(true, std::memory_order_relaxed);
+  for (auto& t : threads) t.join();
+  host_->SetReserveGate(nullptr);
+  EXPECT_EQ(entered.load(), 1);
+  EXPECT_EQ(host_->call_stats().Count(VmmCall::kReserve) - reserves, 1u);
+  for (auto& p : got) {
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(allocator_->Free(*p).ok());
+  }
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+}
+
 TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
   Make(160 * kChunk);
   host_->set_event_delay(absl::Microseconds(200));
@@ -819,6 +864,8 @@ TEST_F(AllocatorTest, ThreadsOnTheirOwnStreamsDoNotRunOutWithHalfFree) {
   host_->set_event_delay(absl::Milliseconds(2));
   constexpr int kThreads = 8;
   std::atomic<int> ooms{0};
+  Mutex first_oom_mu;
+  absl::Status first_oom;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -832,7 +879,10 @@ TEST_F(AllocatorTest, ThreadsOnTheirOwnStreamsDoNotRunOutWithHalfFree) {
         }
         auto p = allocator_->Malloc(size(rng), 0, /*stream=*/10 + t);
         if (!p.ok()) {
-          ++ooms;
+          if (ooms++ == 0) {
+            MutexLock lock(&first_oom_mu);
+            first_oom = p.status();
+          }
           continue;
         }
         live.push_back(*p);
@@ -841,7 +891,7 @@ TEST_F(AllocatorTest, ThreadsOnTheirOwnStreamsDoNotRunOutWithHalfFree) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(ooms.load(), 0);
+  EXPECT_EQ(ooms.load(), 0) << first_oom;
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
   allocator_->EmptyCache();
   EXPECT_EQ(allocator_->stats(0).reserved_bytes.current, 0);

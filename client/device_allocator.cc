@@ -783,8 +783,8 @@ absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
   return list.back().get();
 }
 
-absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
-    Pool* pool, size_t size) {
+std::optional<DeviceAllocator::Plan> DeviceAllocator::FindRoom(Pool* pool,
+                                                               size_t size) {
   Plan plan;
   auto usable = [&](Block* b) {
     return b != nullptr && b->state == BlockState::kFree && b->pool == pool
@@ -844,10 +844,29 @@ absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
       plan.pages = p->pages;
       return plan;
     }
-    plan.pages = (size + page_size_ - 1) / page_size_;
   }
-  // No room in any arena: reserve another.
+  return std::nullopt;
+}
+
+absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(
+    Pool* pool, size_t size) {
+  // No room in any arena: reserve another, one thread at a time. Threads
+  // that found no room while one reserves look again in what it reserved:
+  // an arena is 512 GiB of address space, and eight threads growing at
+  // once reserved eight (under ThreadSanitizer, whose heap holds few such
+  // ranges, all but the first failed as out of memory).
+  const int kind = pool->small ? 1 : 0;
+  for (;;) {
+    if (std::optional<Plan> room = FindRoom(pool, size)) return *room;
+    if (!reserving_arena_[kind]) break;
+    arena_reserved_.Wait(&mu_);
+  }
+  Plan plan;
+  plan.pages = pool->small ? 1 : (size + page_size_ - 1) / page_size_;
+  reserving_arena_[kind] = true;
   absl::StatusOr<Arena*> made = NewArena(pool->small);
+  reserving_arena_[kind] = false;
+  arena_reserved_.SignalAll();
   if (!made.ok()) return made.status();
   if (plan.pages > (*made)->num_pages) {
     return absl::ResourceExhaustedError(

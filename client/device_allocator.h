@@ -30,6 +30,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -274,7 +275,11 @@ class DeviceAllocator {
   // Reserves another arena (with mu_ released).
   absl::StatusOr<Arena*> NewArena(bool small)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where `size` bytes for `pool` go: room in an arena, or a new arena.
   absl::StatusOr<Plan> PlanMapping(Pool* pool, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Room for `size` bytes for `pool` in the arenas there are, if any.
+  std::optional<Plan> FindRoom(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cached chunks covering at most `pages` pages, largest first; with
   // `at_least`, then one more (the smallest) if they cover fewer.
@@ -393,6 +398,10 @@ class DeviceAllocator {
   uint64_t free_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t settled_seq_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar slow_path_done_;
+  // Whether a thread is reserving a large [0] or small [1] arena with mu_
+  // down; arena_reserved_ is signalled when it is done.
+  bool reserving_arena_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  CondVar arena_reserved_;
   std::vector<SizedChunk> cached_ ABSL_GUARDED_BY(mu_);  // held, unmapped
   // Bytes the lake made for the rest of a mapping while a larger free chunk
   // could have covered it (CoverNow).

@@ -132,6 +132,12 @@ absl::StatusOr<ChunkHandle> HostBackend::DoImportChunk(int fd, int device,
 absl::StatusOr<DevicePtr> HostBackend::DoReserveRange(size_t size,
                                                       size_t alignment,
                                                       int /*device*/) {
+  std::function<void(size_t)> gate;
+  {
+    MutexLock lock(&gate_mu_);
+    gate = reserve_gate_;
+  }
+  if (gate) gate(size);
   return books_.ReserveRange(
       size, alignment,
       [](size_t size, size_t alignment) -> absl::StatusOr<DevicePtr> {
@@ -244,6 +250,11 @@ absl::Status HostBackend::CheckCapture(StreamHandle stream, bool any,
 void HostBackend::SetRecordEventGate(std::function<void(StreamHandle)> gate) {
   MutexLock lock(&gate_mu_);
   record_gate_ = std::move(gate);
+}
+
+void HostBackend::SetReserveGate(std::function<void(size_t)> gate) {
+  MutexLock lock(&gate_mu_);
+  reserve_gate_ = std::move(gate);
 }
 
 absl::Status HostBackend::DoRecordEvent(EventHandle event,

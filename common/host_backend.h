@@ -100,6 +100,9 @@ class HostBackend : public VmmBackend {
   // thread there: a gate for the windows where the allocator drops its lock
   // to record (tests/time_scale.h has the deadlines). Empty: none.
   void SetRecordEventGate(std::function<void(StreamHandle)> gate);
+  // The same at the start of every later ReserveRange, with its size: for
+  // the window where the allocator drops its lock to reserve an arena.
+  void SetReserveGate(std::function<void(size_t)> gate);
 
   // Stream capture, as CUDA graphs do it: while any stream is marked
   // captured, an event recorded on a captured stream, any event query or
@@ -152,6 +155,7 @@ class HostBackend : public VmmBackend {
   std::atomic<uint64_t> capture_violations_{0};
   Mutex gate_mu_;
   std::function<void(StreamHandle)> record_gate_ ABSL_GUARDED_BY(gate_mu_);
+  std::function<void(size_t)> reserve_gate_ ABSL_GUARDED_BY(gate_mu_);
   const std::string note_;
   const uint64_t fd_limit_;
 };
