@@ -80,7 +80,7 @@ TEST(DaemonRestartTest, TwoClientsMidTraceFinishAcrossAKillAndARestart) {
   ASSERT_OK(Until(b.get(), "progress"));
   absl::StatusOr<v1::StatusResponse> held = daemon.Status();
   ASSERT_OK(held);
-  ASSERT_EQ(held->sessions_size(), 2);
+  ASSERT_EQ(held->sessions_size(), 2) << daemon.Log();
   ASSERT_OK(daemon.Stop(SIGKILL, absl::Seconds(10)));
   absl::SleepFor(absl::Milliseconds(300));  // the jobs run on without it
   ASSERT_OK(daemon.Restart()) << daemon.Log();
