@@ -2,6 +2,7 @@
 
 #include "client/allocator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@ Allocator::Allocator(ChunkSource* source, const AllocatorOptions& options)
   }
   const int n = source->backend()->device_count();
   large_arena_ = o.large_arena;
+  fraction_.assign(n, -1.0);
   for (int d = 0; d < n; ++d) {
     devices_.push_back(std::make_unique<DeviceAllocator>(d, source, o));
     // An arena is cut into whole chunk-sized pages (Arena::Create).
@@ -104,7 +106,10 @@ absl::Status Allocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
 
 uint64_t Allocator::EmptyCache() {
   uint64_t n = 0;
-  for (auto& d : devices_) n += d->EmptyCache();
+  for (auto& d : devices_) {
+    n += d->EmptyCache();
+    source_->ReleaseKept(d->device());
+  }
   return n;
 }
 
@@ -117,6 +122,10 @@ absl::Status Allocator::SetCapacity(int device, uint64_t bytes) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   absl::Status s = source_->SetCapacity(device, bytes);
   if (!s.ok()) return s;
+  {
+    MutexLock lock(&fraction_mu_);
+    fraction_[device] = -1.0;
+  }
   const AllocatorStats st = devices_[device]->stats();
   const uint64_t reserved = static_cast<uint64_t>(st.reserved_bytes.current);
   if (bytes != 0 && reserved > bytes) {
@@ -161,18 +170,28 @@ absl::StatusOr<uint64_t> Allocator::DeviceMemory(int device) const {
 }
 
 absl::Status Allocator::SetMemoryFraction(int device, double fraction) {
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("memory fraction ", fraction, " is not in (0, 1]"));
+        absl::StrCat("memory fraction ", fraction, " is not in [0, 1]"));
   }
   absl::StatusOr<uint64_t> whole = DeviceMemory(device);
   if (!whole.ok()) return whole.status();
-  return SetCapacity(device, static_cast<uint64_t>(fraction * *whole));
+  // A capacity of 0 is none at all: 1 byte lets no chunk in.
+  const uint64_t bytes =
+      std::max<uint64_t>(static_cast<uint64_t>(fraction * *whole), 1);
+  if (absl::Status s = SetCapacity(device, bytes); !s.ok()) return s;
+  MutexLock lock(&fraction_mu_);
+  fraction_[device] = fraction;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Allocator::MemoryFraction(int device) const {
   absl::StatusOr<uint64_t> whole = DeviceMemory(device);
   if (!whole.ok()) return whole.status();
+  {
+    MutexLock lock(&fraction_mu_);
+    if (fraction_[device] >= 0) return fraction_[device];
+  }
   const uint64_t cap = source_->capacity_bytes(device);
   if (cap == 0 || cap >= *whole) return 1.0;
   return static_cast<double>(cap) / static_cast<double>(*whole);

@@ -17,6 +17,7 @@
 #include "client/options.h"
 #include "client/stack_capture.h"
 #include "client/stats.h"
+#include "common/mutex.h"
 
 namespace gmlake {
 
@@ -40,7 +41,9 @@ class Allocator {
   absl::Status Free(DevicePtr ptr, int device);
   absl::Status RecordStream(DevicePtr ptr, StreamHandle stream);
 
-  // Returns every cached free chunk to the lake; bytes returned.
+  // Returns every cached free chunk to the lake, which gives back what it
+  // kept to the driver or gmlaked (ChunkSource::ReleaseKept); bytes
+  // returned to the lake.
   uint64_t EmptyCache();
   // What the lake's reclaim handler does: gives back at least `bytes` of
   // free cache on `device` (whole chunks), or all of it. Bytes returned.
@@ -49,10 +52,12 @@ class Allocator {
   // back cached memory above it.
   absl::Status SetCapacity(int device, uint64_t bytes);
   // PyTorch's set_per_process_memory_fraction: the capacity as a fraction
-  // (0..1] of the device's memory. FailedPrecondition when the backend does
-  // not know how much memory the device has.
+  // [0, 1] of the device's memory (0: no new memory; what is cached still
+  // serves). FailedPrecondition when the backend does not know how much
+  // memory the device has.
   absl::Status SetMemoryFraction(int device, double fraction);
-  // The capacity as a fraction of the device's memory (1 when uncapped).
+  // The fraction set, else the capacity as a fraction of the device's
+  // memory (1 when uncapped).
   absl::StatusOr<double> MemoryFraction(int device) const;
 
   // Statistics of one device, or of all summed (device -1).
@@ -74,13 +79,13 @@ class Allocator {
   // InvalidArgument for a device that does not exist.
   absl::StatusOr<DeviceAllocator*> device(int device);
   int device_count() const { return static_cast<int>(devices_.size()); }
+  // The device's memory, or FailedPrecondition naming what to do instead.
+  absl::StatusOr<uint64_t> DeviceMemory(int device) const;
 
  private:
   absl::Status CheckDevice(int device) const;
   // ResourceExhausted for a request no arena of `device` can hold.
   absl::Status TooLarge(size_t size, int device) const;
-  // The device's memory, or FailedPrecondition naming what to do instead.
-  absl::StatusOr<uint64_t> DeviceMemory(int device) const;
 
   std::unique_ptr<ChunkSource> owned_source_;
   ChunkSource* source_;
@@ -90,6 +95,11 @@ class Allocator {
   // before it reserves an arena for a request that cannot fit in one.
   std::vector<uint64_t> max_request_;
   uint64_t large_arena_ = 0;
+  // Per device: the fraction last set with SetMemoryFraction, read back as
+  // it was set (the capacity it became is rounded to bytes); -1 once a
+  // capacity was set in bytes, or never.
+  mutable Mutex fraction_mu_;
+  std::vector<double> fraction_ ABSL_GUARDED_BY(fraction_mu_);
 };
 
 }  // namespace gmlake

@@ -244,6 +244,22 @@ TEST_F(AllocatorTest, EmptyCacheGivesFreeChunksBackToTheLake) {
   ASSERT_TRUE(allocator_->Free(b).ok());
 }
 
+// And the lake gives them back to the driver, as PyTorch's empty_cache
+// does with cudaFree: torch.cuda.device_memory_used() (NVML) and other
+// programs on the GPU see the memory free (PyTorch's test_device_memory_used
+// saw nothing come back: the embedded lake kept every chunk for reuse).
+TEST_F(AllocatorTest, EmptyCacheGivesTheDevicesMemoryBack) {
+  DevicePtr a = MustMalloc(64 * kMiB);
+  DevicePtr b = MustMalloc(3 * kMiB);
+  EXPECT_EQ(host_->used_bytes(0), 68 * kMiB);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  allocator_->EmptyCache();
+  EXPECT_EQ(host_->used_bytes(0), 4 * kMiB);
+  ASSERT_TRUE(allocator_->Free(b).ok());
+  allocator_->EmptyCache();
+  EXPECT_EQ(host_->used_bytes(0), 0u);
+}
+
 TEST_F(AllocatorTest, SetCapacityBelowWhatIsHeldReturnsTheCache) {
   DevicePtr a = MustMalloc(32 * kMiB);
   ASSERT_TRUE(allocator_->Free(a).ok());
@@ -333,8 +349,23 @@ TEST_F(AllocatorTest, MemoryFractionIsACapacityOfTheDevicesMemory) {
   EXPECT_EQ(*allocator_->MemoryFraction(0), 0.25);
   EXPECT_FALSE(allocator_->Malloc(uint64_t{3} << 30, 0, 0).ok());
   EXPECT_TRUE(absl::IsInvalidArgument(allocator_->SetMemoryFraction(0, 1.5)));
-  EXPECT_TRUE(absl::IsInvalidArgument(allocator_->SetMemoryFraction(0, 0)));
+  EXPECT_TRUE(absl::IsInvalidArgument(allocator_->SetMemoryFraction(0, -0.1)));
   EXPECT_FALSE(allocator_->SetMemoryFraction(4, 0.5).ok());
+  // The fraction set is the fraction read, exactly, as PyTorch's
+  // get_per_process_memory_fraction gives it back (its tests print it).
+  ASSERT_TRUE(allocator_->SetMemoryFraction(0, 0.3721).ok());
+  EXPECT_EQ(*allocator_->MemoryFraction(0), 0.3721);
+  // 0 is PyTorch's too: no new memory at all, what is cached still serves.
+  const DevicePtr kept = MustMalloc(kChunk);
+  ASSERT_TRUE(allocator_->Free(kept).ok());
+  ASSERT_TRUE(allocator_->SetMemoryFraction(0, 0.0).ok());
+  EXPECT_EQ(*allocator_->MemoryFraction(0), 0.0);
+  EXPECT_FALSE(allocator_->Malloc(4 * kChunk, 0, 0).ok());
+  ASSERT_TRUE(allocator_->SetMemoryFraction(0, 1.0).ok());
+  EXPECT_EQ(*allocator_->MemoryFraction(0), 1.0);
+  // A capacity set in bytes is read back as its fraction again.
+  ASSERT_TRUE(allocator_->SetCapacity(0, uint64_t{1} << 30).ok());
+  EXPECT_EQ(*allocator_->MemoryFraction(0), 0.125);
 }
 
 // What memory_viz replays: every event in order, segments mapped before the

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "client/gmlake.h"
 #include "gtest/gtest.h"
@@ -255,6 +257,28 @@ TEST(CApiTest, TorchMallocThrowsOutOfMemoryInPyTorchsWords) {
         "free but not usable", "capacity 8.00 MiB", "the embedded lake said"}) {
     EXPECT_NE(what.find(part), std::string::npos) << part << " in: " << what;
   }
+  // PyTorch's sizes and its second sentence, as its tests match them: a
+  // size in bytes, KiB, MiB or GiB (never TiB), then the device's memory.
+  EXPECT_NE(what.find(". GPU 0 has a total capacity of "), std::string::npos)
+      << what;
+  void* full = gmlake_torch_malloc(2 << 20, 0, nullptr);  // the lake is full
+  ASSERT_NE(full, nullptr);
+  for (const auto& [size, words] : std::vector<std::pair<ssize_t, std::string>>{
+           {4, "Tried to allocate 4 bytes. GPU 0 has a total capacity of "},
+           {ssize_t{800000000} << 30,
+            "Tried to allocate 800000000.00 GiB. GPU 0 has a total "
+            "capacity of "},
+           {ssize_t{8000000000} << 30,
+            "CUDA out of memory. Tried to allocate more than 1EB memory."}}) {
+    std::string said;
+    try {
+      gmlake_torch_malloc(size, 0, nullptr);
+    } catch (const std::runtime_error& e) {
+      said = e.what();
+    }
+    EXPECT_NE(said.find(words), std::string::npos) << said;
+  }
+  gmlake_torch_free(full, 2 << 20, 0, nullptr);
   // The process goes on: what fits is still served.
   void* q = gmlake_torch_malloc(1 << 20, 0, nullptr);
   ASSERT_NE(q, nullptr);
@@ -446,7 +470,7 @@ TEST(CApiTest, PyTorchHooksRecordStreamEmptyCacheAndFraction) {
   EXPECT_EQ(gmlake_memory_fraction(0), 0.5);
   EXPECT_EQ(gmlake_malloc(600 << 20, 0, 0), nullptr);
   EXPECT_EQ(gmlake_set_memory_fraction(0, 2.0), -1);
-  EXPECT_NE(std::string(gmlake_last_error()).find("not in (0, 1]"),
+  EXPECT_NE(std::string(gmlake_last_error()).find("not in [0, 1]"),
             std::string::npos);
 
   EXPECT_EQ(gmlake_record_history(10, 3, 0), -1);

@@ -64,6 +64,11 @@ class ChunkSource {
   // Gives back chunks from AcquireBytes, with the sizes it gave. They must
   // be unmapped.
   virtual void ReturnSized(int device, absl::Span<const SizedChunk> chunks) = 0;
+  // Gives the chunks returned and kept for reuse on `device` back where they
+  // came from (the driver, or gmlaked): empty_cache's last step, so that
+  // what the allocator no longer holds is the node's again, as PyTorch's
+  // cudaFree makes it. Returns the bytes given back.
+  virtual uint64_t ReleaseKept(int device) { return 0; }
 
   // The most bytes this process may hold on `device` (0: no limit but the
   // device's own).

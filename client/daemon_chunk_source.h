@@ -194,7 +194,7 @@ class DaemonChunkSource : public ChunkSource {
   // Sends the usage now.
   absl::Status ReportUsage();
   // Gives every idle chunk back to the daemon. Returns the bytes given.
-  uint64_t ReleaseIdle(int device);
+  uint64_t ReleaseKept(int device) override;
 
   // Whether gmlaked serves this process's `device` (a device of the same
   // UUID). Those it does not serve keep a chunk_size (the backend's

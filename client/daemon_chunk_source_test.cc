@@ -200,7 +200,7 @@ TEST_F(DaemonChunkSourceTest, IdleWatermarkKeepsChunksForReuse) {
   EXPECT_EQ(daemon_->Status()->leases_served(), served + 1);
   EXPECT_EQ(SessionChunks(s->session_id()), 3u);
   s->Return(0, *hs);
-  EXPECT_EQ(s->ReleaseIdle(0), 2 * kChunk);
+  EXPECT_EQ(s->ReleaseKept(0), 2 * kChunk);
   EXPECT_EQ(SessionChunks(s->session_id()), 0u);
   // Handles this source never gave out are ignored.
   s->Return(0, {ChunkHandle{12345}});

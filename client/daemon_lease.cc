@@ -427,7 +427,7 @@ void DaemonChunkSource::ReturnSized(int device,
   Return(device, handles);
 }
 
-uint64_t DaemonChunkSource::ReleaseIdle(int device) {
+uint64_t DaemonChunkSource::ReleaseKept(int device) {
   return TrimIdle(device, 0, 0);
 }
 

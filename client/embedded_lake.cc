@@ -124,15 +124,25 @@ absl::Status EmbeddedLake::SetCapacity(int device, uint64_t bytes) {
   return absl::OkStatus();
 }
 
+uint64_t EmbeddedLake::ReleaseKept(int device) {
+  MutexLock lock(&mu_);
+  if (device < 0 || device >= static_cast<int>(devices_.size())) return 0;
+  return ReleaseKeptLocked(devices_[device]);
+}
+
 uint64_t EmbeddedLake::Trim() {
   MutexLock lock(&mu_);
   uint64_t released = 0;
-  for (DeviceBooks& books : devices_) {
-    for (const SizedChunk& c : books.idle) {
-      if (backend_->ReleaseChunk(c.handle).ok()) released += c.size;
-    }
-    books.idle.clear();
+  for (DeviceBooks& books : devices_) released += ReleaseKeptLocked(books);
+  return released;
+}
+
+uint64_t EmbeddedLake::ReleaseKeptLocked(DeviceBooks& books) {
+  uint64_t released = 0;
+  for (const SizedChunk& c : books.idle) {
+    if (backend_->ReleaseChunk(c.handle).ok()) released += c.size;
   }
+  books.idle.clear();
   return released;
 }
 

@@ -48,8 +48,10 @@ class EmbeddedLake : public ChunkSource {
   // back; the handler is kept for symmetry and never called.
   void SetReclaimHandler(ReclaimHandler handler) override {}
 
-  // Releases every chunk returned to the lake and not acquired again.
-  // Returns how many bytes went back to the driver.
+  // Releases the chunks of `device` returned to the lake and not acquired
+  // again; Trim, those of every device. Returns how many bytes went back to
+  // the driver.
+  uint64_t ReleaseKept(int device) override;
   uint64_t Trim();
   // Bytes of chunks handed out and not returned, on `device`.
   uint64_t held_bytes(int device) const;
@@ -61,6 +63,8 @@ class EmbeddedLake : public ChunkSource {
     std::vector<SizedChunk> idle;  // created, returned, kept
   };
   DeviceBooks& Books(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReleaseKeptLocked(DeviceBooks& books)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<VmmBackend> owned_backend_;
   VmmBackend* backend_;

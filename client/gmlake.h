@@ -51,10 +51,11 @@ uint64_t gmlake_empty_cache(void);
 /* Caps what this process may hold on `device` (0: no cap). */
 int gmlake_set_capacity(int device, uint64_t bytes);
 void gmlake_reset_peak_stats(void);
-/* Caps `device` at `fraction` (0..1] of its memory (PyTorch's
- * set_per_process_memory_fraction). */
+/* Caps `device` at `fraction` [0, 1] of its memory (PyTorch's
+ * set_per_process_memory_fraction; 0: no new memory). */
 int gmlake_set_memory_fraction(int device, double fraction);
-/* The cap as a fraction of the device's memory (1: none); -1 on failure. */
+/* The fraction set, else the cap as a fraction of the device's memory (1:
+ * none); -1 on failure. */
 double gmlake_memory_fraction(int device);
 /* Resets the peaks, or the allocated/freed totals, num_alloc_retries and
  * num_ooms, of `device` (-1: all devices). */

@@ -17,6 +17,8 @@
 #include <string>
 
 #include "absl/base/call_once.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/allocator.h"
 #include "client/gmlake.h"
@@ -93,6 +95,19 @@ bool IsOutOfMemory(absl::StatusCode code) {
          code != absl::StatusCode::kOk;
 }
 
+Allocator* Get();
+
+// A size in PyTorch's words (its format_size): bytes up to 1 KiB, then KiB,
+// MiB and GiB with two decimals, GiB being the largest unit.
+std::string PyTorchSize(uint64_t bytes) {
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10;
+  if (bytes <= kKiB) return absl::StrCat(bytes, " bytes");
+  const double b = static_cast<double>(bytes);
+  if (bytes <= kMiB) return absl::StrFormat("%.2f KiB", b / kKiB);
+  if (bytes <= kGiB) return absl::StrFormat("%.2f MiB", b / kMiB);
+  return absl::StrFormat("%.2f GiB", b / kGiB);
+}
+
 // gmlake_torch_malloc without the throw: 0 on success; -1 with last_error in
 // PyTorch's words on failure.
 int TorchTryMalloc(ssize_t size, int device, void* stream, void** ptr,
@@ -103,16 +118,33 @@ int TorchTryMalloc(ssize_t size, int device, void* stream, void** ptr,
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("gmlake: malloc of size ", size, " (negative)")));
   }
+  // PyTorch refuses these before looking at its cache, in these words.
+  if (static_cast<uint64_t>(size) >= (uint64_t{1} << 60)) {
+    *out_of_memory = 1;
+    last_code = absl::StatusCode::kResourceExhausted;
+    last_error = "CUDA out of memory. Tried to allocate more than 1EB memory.";
+    return -1;
+  }
   *ptr = gmlake_malloc(static_cast<size_t>(size), device,
                        reinterpret_cast<uint64_t>(stream));
   if (*ptr != nullptr || size == 0) return 0;
   if (IsOutOfMemory(last_code)) {
     *out_of_memory = 1;
-    // PyTorch's first sentence, which scripts and people search for, then
-    // our account (asked, live, reserved, cached, capacity, the lake's say).
+    // PyTorch's first two sentences, which scripts, tests and people search
+    // for, in its units, then our account (asked, live, reserved, cached,
+    // capacity, the lake's say).
+    std::string device_memory;
+    if (Allocator* a = Get()) {
+      if (absl::StatusOr<uint64_t> whole = a->DeviceMemory(device);
+          whole.ok()) {
+        device_memory =
+            absl::StrCat("GPU ", device, " has a total capacity of ",
+                         PyTorchSize(*whole), ". ");
+      }
+    }
     last_error = absl::StrCat("CUDA out of memory. Tried to allocate ",
-                              FormatBytes(static_cast<uint64_t>(size)), ". ",
-                              last_error);
+                              PyTorchSize(static_cast<uint64_t>(size)), ". ",
+                              device_memory, last_error);
   } else if (last_error.rfind("gmlake", 0) != 0) {
     last_error = absl::StrCat("gmlake: ", last_error);
   }

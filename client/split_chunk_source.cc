@@ -55,6 +55,10 @@ void SplitChunkSource::ReturnSized(int device,
   For(device)->ReturnSized(device, chunks);
 }
 
+uint64_t SplitChunkSource::ReleaseKept(int device) {
+  return For(device)->ReleaseKept(device);
+}
+
 uint64_t SplitChunkSource::capacity_bytes(int device) const {
   return For(device)->capacity_bytes(device);
 }

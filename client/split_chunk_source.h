@@ -36,6 +36,7 @@ class SplitChunkSource : public ChunkSource {
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
+  uint64_t ReleaseKept(int device) override;
   uint64_t capacity_bytes(int device) const override;
   absl::Status SetCapacity(int device, uint64_t bytes) override;
   void SetReclaimHandler(ReclaimHandler handler) override;

@@ -153,7 +153,7 @@ absl::StatusOr<Result> RunDaemon(const Pattern& pattern, uint64_t bytes,
     for (DevicePtr p : ptrs) alloc.Free(p).IgnoreError();
     alloc.EmptyCache();
   }
-  (*src)->ReleaseIdle(0);
+  (*src)->ReleaseKept(0);
   return r;
 }
 

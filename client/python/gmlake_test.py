@@ -139,7 +139,7 @@ class StatsTest(WithLake):
         self.assertEqual(gmlake.memory_fraction(0), 0.25)
         self.assertFalse(lib().gmlake_malloc(300 * MiB, 0, 0))
         self.assertIn("out of memory", gmlake._lib.last_error())
-        with self.assertRaisesRegex(gmlake.GMLakeError, r"not in \(0, 1\]"):
+        with self.assertRaisesRegex(gmlake.GMLakeError, r"not in \[0, 1\]"):
             gmlake.set_memory_fraction(1.5, 0)
         gmlake.set_memory_fraction(1.0, 0)
 

@@ -208,7 +208,7 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
     if (!s.ok()) return s;
     return std::string();
   }
-  if (cmd == "release_idle") return absl::StrCat(src->ReleaseIdle(device));
+  if (cmd == "release_idle") return absl::StrCat(src->ReleaseKept(device));
   if (cmd == "pressure") {
     return absl::StrCat(src->pressure_requests(), " ",
                         src->pressure_bytes_returned());

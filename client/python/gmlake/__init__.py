@@ -84,7 +84,7 @@ def set_capacity(nbytes, device=None):
 
 
 def set_memory_fraction(fraction, device=None):
-    """The capacity as a fraction (0..1] of the device's memory."""
+    """The capacity as a fraction [0, 1] of the device's memory (0: none new)."""
     _torch.set_memory_fraction(fraction, device)
 
 
