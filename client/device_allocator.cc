@@ -1534,46 +1534,58 @@ std::string DeviceAllocator::OutOfMemoryMessage(
 std::string DeviceAllocator::SegmentsJson() const {
   MutexLock lock(&mu_);
   std::string out = "[";
-  bool first_seg = true;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (const auto& a : *arenas) {
       for (const auto& [first, seg] : a->segments) {
-        int64_t allocated = 0, active = 0, requested = 0;
-        std::string blocks;
+        // PyTorch's segments each serve one pool and one stream; a mapped
+        // range of gmlake's may hold blocks of several (a stitch or a
+        // growth beside another pool's blocks): one segment per run of
+        // blocks of one pool, so that segment_pool_id and MemPool.snapshot
+        // say what PyTorch's would.
+        const Block* run = seg->head;
         for (const Block* b = seg->head; b != nullptr; b = b->next) {
-          const bool live = b->state == BlockState::kAllocated;
-          const bool act = live || b->state == BlockState::kPending;
-          if (live) allocated += b->size, requested += b->requested;
-          if (act) active += b->size;
-          absl::StrAppend(&blocks, blocks.empty() ? "" : ",",
-                          "{\"address\":", b->addr, ",\"size\":", b->size,
-                          ",\"requested_size\":", live ? b->requested : 0,
-                          ",\"state\":\"",
-                          live ? "active_allocated"
-                               : (act ? "active_pending_free" : "inactive"),
-                          "\",\"frames\":[]}");
+          if (b->next == nullptr || b->next->pool != run->pool) {
+            AppendSegmentJson(*a, run, b->next, &out);
+            run = b->next;
+          }
         }
-        // PyTorch's segment_pool_id: the private pool (graph or MemPool)
-        // the segment's memory serves, (0, 0) for default memory.
-        const MempoolId pool_id =
-            mempools_.IdOf(seg->head->pool->mempool).value_or(MempoolId{0, 0});
-        absl::StrAppend(
-            &out, first_seg ? "" : ",", "{\"device\":", device_,
-            ",\"address\":", a->PageAddr(seg->first_page),
-            ",\"total_size\":", seg->num_pages * page_size_,
-            ",\"allocated_size\":", allocated, ",\"active_size\":", active,
-            ",\"requested_size\":", requested,
-            ",\"stream\":", seg->head->pool->stream, ",\"segment_type\":\"",
-            a->small ? "small" : "large", "\",\"segment_pool_id\":[",
-            pool_id.first, ",", pool_id.second,
-            "],\"is_expandable\":true,\"frames\":[],\"blocks\":[", blocks,
-            "]}");
-        first_seg = false;
       }
     }
   }
   absl::StrAppend(&out, "]");
   return out;
+}
+
+void DeviceAllocator::AppendSegmentJson(const Arena& a, const Block* head,
+                                        const Block* end,
+                                        std::string* out) const {
+  int64_t allocated = 0, active = 0, requested = 0, total = 0;
+  std::string blocks;
+  for (const Block* b = head; b != end; b = b->next) {
+    const bool live = b->state == BlockState::kAllocated;
+    const bool act = live || b->state == BlockState::kPending;
+    if (live) allocated += b->size, requested += b->requested;
+    if (act) active += b->size;
+    total += b->size;
+    absl::StrAppend(
+        &blocks, blocks.empty() ? "" : ",", "{\"address\":", b->addr,
+        ",\"size\":", b->size, ",\"requested_size\":", live ? b->requested : 0,
+        ",\"state\":\"",
+        live ? "active_allocated" : (act ? "active_pending_free" : "inactive"),
+        "\",\"frames\":[]}");
+  }
+  // PyTorch's segment_pool_id: the private pool (graph or MemPool) the
+  // segment's memory serves, (0, 0) for default memory.
+  const MempoolId pool_id =
+      mempools_.IdOf(head->pool->mempool).value_or(MempoolId{0, 0});
+  absl::StrAppend(
+      out, out->size() > 1 ? "," : "", "{\"device\":", device_,
+      ",\"address\":", head->addr, ",\"total_size\":", total,
+      ",\"allocated_size\":", allocated, ",\"active_size\":", active,
+      ",\"requested_size\":", requested, ",\"stream\":", head->pool->stream,
+      ",\"segment_type\":\"", a.small ? "small" : "large",
+      "\",\"segment_pool_id\":[", pool_id.first, ",", pool_id.second,
+      "],\"is_expandable\":true,\"frames\":[],\"blocks\":[", blocks, "]}");
 }
 
 absl::Status DeviceAllocator::CheckInvariants() const {

@@ -281,6 +281,11 @@ class DeviceAllocator {
   // Room for `size` bytes for `pool` in the arenas there are, if any.
   std::optional<Plan> FindRoom(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One segment of SegmentsJson: the blocks from `head` to `end` (not
+  // included) of arena `a`, all of one pool.
+  void AppendSegmentJson(const Arena& a, const Block* head, const Block* end,
+                         std::string* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cached chunks covering at most `pages` pages, largest first; with
   // `at_least`, then one more (the smallest) if they cover fewer.
   std::vector<SizedChunk> TakeCached(size_t pages, bool at_least)

@@ -16,6 +16,7 @@
 #include "client/options.h"
 #include "common/host_backend.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gmlake {
 namespace {
@@ -237,6 +238,69 @@ TEST_F(GraphPoolTest, EmptyCacheLeavesALivePoolsFreeMemoryMapped) {
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE(alloc_->Free(*again).ok());
   ASSERT_TRUE(alloc_->Free(out).ok());
+  EXPECT_GE(alloc_->ReleasePool(id), pool_bytes);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// Each segment of a snapshot serves one pool, as PyTorch's do: a pool's
+// blocks mapped beside default ones (one mapped range of gmlake's) are
+// their own segment, named by the pool (MemPool.snapshot and CUDA graph
+// trees' checks read segment_pool_id; on the H200 a graph's blocks were
+// reported inside default segments, as pool (0, 0)).
+TEST_F(GraphPoolTest, EverySnapshotSegmentServesOnePool) {
+  const MempoolId id{6, 0};
+  alloc_->CreateOrIncrefPool(id);
+  std::vector<DevicePtr> defaults, in_pool;
+  for (int round = 0; round < 4; ++round) {
+    defaults.push_back(Malloc(3 * kMiB + 4096, kOther));
+    alloc_->BeginAllocateToPool(id, [](StreamHandle s) { return s == kOther; });
+    in_pool.push_back(Malloc(2 * kMiB + 8192, kOther));
+    alloc_->EndAllocateToPool(id);
+  }
+  // Freed default blocks are stitched into the next ones, so ranges mix.
+  ASSERT_TRUE(alloc_->Free(defaults[1]).ok());
+  ASSERT_TRUE(alloc_->Free(defaults[2]).ok());
+  defaults.erase(defaults.begin() + 1, defaults.begin() + 3);
+  defaults.push_back(Malloc(6 * kMiB, kOther));
+  const auto segments = nlohmann::json::parse(alloc_->SegmentsJson());
+  int pool_blocks = 0, default_blocks = 0;
+  for (const auto& seg : segments) {
+    const bool pool = seg["segment_pool_id"] == nlohmann::json::array({6, 0});
+    for (const auto& b : seg["blocks"]) {
+      const DevicePtr addr = b["address"].get<DevicePtr>();
+      if (std::count(in_pool.begin(), in_pool.end(), addr)) {
+        EXPECT_TRUE(pool) << seg.dump();
+        ++pool_blocks;
+      }
+      if (std::count(defaults.begin(), defaults.end(), addr)) {
+        EXPECT_FALSE(pool) << seg.dump();
+        ++default_blocks;
+      }
+    }
+  }
+  EXPECT_EQ(pool_blocks, 4);
+  EXPECT_EQ(default_blocks, 3);
+  for (DevicePtr p : defaults) ASSERT_TRUE(alloc_->Free(p).ok());
+  for (DevicePtr p : in_pool) ASSERT_TRUE(alloc_->Free(p).ok());
+  EXPECT_GT(alloc_->ReleasePool(id), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// A torch.cuda.MemPool keeps its memory while it lives, even with nothing
+// live in it: empty_cache inside use_mem_pool gives nothing of it back
+// (PyTorch's test_mempool_emptycache_multithread: one segment left).
+TEST_F(GraphPoolTest, EmptyCacheLeavesAnIdlePoolsMemory) {
+  const MempoolId id{5, 0};
+  alloc_->CreateOrIncrefPool(id);
+  alloc_->BeginAllocateToPool(id, [](StreamHandle s) { return s == kOther; });
+  for (size_t s : {size_t{16}, 3 * kMiB}) {
+    ASSERT_TRUE(alloc_->Free(Malloc(s, kOther)).ok());
+  }
+  const uint64_t pool_bytes = alloc_->PoolReservedBytes(id);
+  EXPECT_GT(pool_bytes, 0u);
+  alloc_->EmptyCache();
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), pool_bytes);
+  alloc_->EndAllocateToPool(id);
   EXPECT_GE(alloc_->ReleasePool(id), pool_bytes);
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }

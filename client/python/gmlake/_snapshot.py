@@ -12,16 +12,27 @@ VIEWER_PICKLE_PROTOCOL = 4
 _STACKS = {None: 0, "python": 1, "all": 2}
 
 
-def snapshot():
+def snapshot(mempool_id=None):
     """torch.cuda.memory._snapshot()'s dictionary: "segments" (every mapped
-    segment of every device, with its blocks) and "device_traces" (one list
-    of events per device, oldest first, while history is recorded)."""
+    segment of every device, with its blocks; only those of pool
+    `mempool_id` when one is given, as torch.cuda.memory_snapshot(id) and
+    MemPool.snapshot() ask) and "device_traces" (one list of events per
+    device, oldest first, while history is recorded)."""
     snap = _lib.take_json(_lib.load().gmlake_snapshot_json())
-    # PyTorch's segment_pool_id is a tuple (MempoolId_t): callers put it in
-    # sets and compare it with MemPool.id and graph.pool(). JSON has lists.
+    return of_pool(snap, mempool_id)
+
+
+def of_pool(snap, mempool_id):
+    """`snap` with segment_pool_id as PyTorch gives it (a tuple, which
+    callers put in sets and compare with MemPool.id and graph.pool(); JSON
+    has lists), keeping the segments of pool `mempool_id` only, unless it is
+    None or (0, 0) (all, as PyTorch's)."""
     for seg in snap.get("segments", []):
         if isinstance(seg.get("segment_pool_id"), list):
             seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    if mempool_id is not None and tuple(mempool_id) != (0, 0):
+        snap["segments"] = [s for s in snap.get("segments", [])
+                            if s.get("segment_pool_id") == tuple(mempool_id)]
     return snap
 
 

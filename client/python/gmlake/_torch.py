@@ -229,6 +229,12 @@ def _record_history(enabled="all", context="all", stacks="all",
                              clear_history)
 
 
+def _memory_snapshot(mempool_id=None, *unused, **unused_kw):
+    # torch.cuda.memory_snapshot(mempool_id) and MemPool.snapshot() pass the
+    # pool; torch.cuda.memory._snapshot() passes None.
+    return _snapshot.snapshot(mempool_id)
+
+
 def _route(torch, missing_hooks):
     """Points the torch._C functions behind torch.cuda.memory at GMLake."""
     routes = {
@@ -236,7 +242,7 @@ def _route(torch, missing_hooks):
         "_cuda_resetPeakMemoryStats": reset_peaks,
         "_cuda_resetAccumulatedMemoryStats": reset_accumulated,
         "_cuda_getMemoryFraction": memory_fraction,
-        "_cuda_memorySnapshot": lambda *unused, **unused_kw: _snapshot.snapshot(),
+        "_cuda_memorySnapshot": _memory_snapshot,
         "_cuda_record_memory_history": _record_history,
         "_cuda_record_memory_history_legacy": _snapshot.record_history_legacy,
     }
