@@ -30,7 +30,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -125,6 +127,7 @@ struct GMLakePoolState : cca::AllocatorState {
 };
 
 void Delete(void* ptr);
+void DeleteUncached(void* ptr);
 
 class GMLakeAllocator final : public cca::CUDAAllocator {
  public:
@@ -134,10 +137,15 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   c10::DataPtr allocate(size_t n) override {
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+    const c10::Device where(c10::DeviceType::CUDA, device);
+    if (n != 0 && !enabled_.load(std::memory_order_relaxed)) {
+      void* p = MallocUncached(n);
+      return {p, p, &DeleteUncached, where};
+    }
     void* p = n == 0
                   ? nullptr
                   : Malloc(n, device, c10::cuda::getCurrentCUDAStream(device));
-    return {p, p, &Delete, c10::Device(c10::DeviceType::CUDA, device)};
+    return {p, p, &Delete, where};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
   void copy_data(void* dest, const void* src, std::size_t count) const final {
@@ -147,17 +155,51 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   // --- raw allocations (cuDNN workspaces, cuBLAS, NCCL, inductor) ---
   void* raw_alloc(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    if (!enabled_.load(std::memory_order_relaxed)) {
+      return MallocUncached(nbytes);
+    }
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     return Malloc(nbytes, device, c10::cuda::getCurrentCUDAStream(device));
   }
   void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
     if (nbytes == 0) return nullptr;
+    if (!enabled_.load(std::memory_order_relaxed)) {
+      return MallocUncached(nbytes);
+    }
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     return Malloc(nbytes, device, stream);
   }
-  void raw_delete(void* ptr) override { Free(ptr); }
+  void raw_delete(void* ptr) override {
+    if (!FreeUncached(ptr) && !FreeForeign(ptr)) Free(ptr);
+  }
+
+  // With caching off (torch.cuda.caching_allocator_enable(False)) PyTorch's
+  // allocator calls cudaMalloc and cudaFree for each block, which its
+  // statistics do not count; so does this door.
+  void* MallocUncached(size_t n) {
+    void* p = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&p, n));
+    std::lock_guard<std::mutex> lock(mu_);
+    uncached_.insert(p);
+    uncached_count_.store(uncached_.size(), std::memory_order_relaxed);
+    return p;
+  }
+  // Whether `ptr` was such a block (then freed).
+  bool FreeUncached(void* ptr) {
+    if (ptr == nullptr ||
+        uncached_count_.load(std::memory_order_relaxed) == 0) {
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (uncached_.erase(ptr) == 0) return false;
+      uncached_count_.store(uncached_.size(), std::memory_order_relaxed);
+    }
+    C10_CUDA_CHECK_WARN(cudaFree(ptr));
+    return true;
+  }
 
   void Free(void* ptr) {
     if (ptr == nullptr) return;
@@ -179,11 +221,43 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   // --- set-up ---
   void init(int device_count) override {
     device_count_ = device_count;
+    ApplyConfiguredFraction(device_count);
     initialized_.store(true);
   }
+
+  // PYTORCH_ALLOC_CONF's (or PYTORCH_CUDA_ALLOC_CONF's)
+  // per_process_memory_fraction, which PyTorch's allocator applies to
+  // every device when it starts; refused in PyTorch's words.
+  void ApplyConfiguredFraction(int device_count) {
+    for (const char* var : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"}) {
+      const char* conf = std::getenv(var);
+      if (conf == nullptr) continue;
+      const std::string text(conf);
+      const std::string key = "per_process_memory_fraction:";
+      size_t at = text.find(key);
+      while (at != std::string::npos && at != 0 && text[at - 1] != ',') {
+        at = text.find(key, at + 1);
+      }
+      if (at == std::string::npos) continue;
+      const std::string value =
+          text.substr(at + key.size(), text.find(',', at) - at - key.size());
+      char* end = nullptr;
+      const double fraction = std::strtod(value.c_str(), &end);
+      TORCH_CHECK_VALUE(!value.empty() && end != nullptr && *end == '\0' &&
+                            fraction >= 0.0 && fraction <= 1.0,
+                        "per_process_memory_fraction is invalid, set it in "
+                        "[0.0, 1.0] (",
+                        var, "=", text, ")");
+      for (int d = 0; d < device_count; ++d) {
+        TORCH_CHECK(api_.set_memory_fraction(d, fraction) == 0, "gmlake: ", var,
+                    " per_process_memory_fraction: ", api_.last_error());
+      }
+      return;
+    }
+  }
   bool initialized() override { return initialized_.load(); }
-  void enable(bool value) override { enabled_ = value; }
-  bool isEnabled() const override { return enabled_; }
+  void enable(bool value) override { enabled_.store(value); }
+  bool isEnabled() const override { return enabled_.load(); }
   std::string name() override { return "gmlake"; }
 
   double getMemoryFraction(c10::DeviceIndex device) override {
@@ -236,6 +310,9 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
                     c10::cuda::CUDAStream stream) override {
     // Memory gmlake did not hand out (from_blob, IPC) is not its to guard.
     if (ptr.get() == nullptr || ptr.get_deleter() != &Delete) return;
+    // Nor another allocator's (a MemPool(allocator=...)): streams are its
+    // business, as in PyTorch's allocator for such a pool's segments.
+    if (ForeignBlock(ptr.get())) return;
     TORCH_CHECK(api_.record_stream(ptr.get(), reinterpret_cast<uint64_t>(
                                                   stream.stream())) == 0,
                 "gmlake: record_stream: ", api_.last_error());
@@ -314,6 +391,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   // --- private pools: CUDA graphs and torch.cuda.MemPool ---
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
                            std::function<bool(cudaStream_t)> filter) override {
+    if (BeginForeignRoute(device, id, &filter)) return;
     // PyTorch's beginAllocateToPool takes a reference on the pool (made if
     // unknown) that releasePool drops: CUDAGraph::reset and use_mem_pool's
     // exit call it. gmlake's begin takes one only for an unknown pool, so
@@ -337,26 +415,35 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   }
   void endAllocateToPool(c10::DeviceIndex device,
                          c10::MempoolId_t id) override {
+    if (EndForeignRoute(device, id)) return;
     const int rc = api_.pool_end(device, id.first, id.second);
     DropFilters(device, id);  // gmlake calls them no more
     TORCH_CHECK(rc == 0, "gmlake: endAllocateToPool: ", api_.last_error());
   }
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    if (ReleaseForeignPool(device, id)) return;
     TORCH_CHECK(api_.pool_release(device, id.first, id.second) >= 0,
                 "gmlake: releasePool: ", api_.last_error());
   }
   int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = foreign_pools_.find({device, id});
+      if (it != foreign_pools_.end()) return it->second.refs;
+    }
     const int n = api_.pool_use_count(device, id.first, id.second);
     TORCH_CHECK(n >= 0, "gmlake: getPoolUseCount: ", api_.last_error());
     return n;
   }
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<CUDAAllocator> allocator) override {
-    TORCH_CHECK(allocator == nullptr || allocator.get() == this,
-                "gmlake: torch.cuda.MemPool(allocator=", allocator->name(),
-                ") asks for a pool served by another allocator; under gmlake "
-                "every pool is gmlake's (a MemPool without allocator= works). "
-                "Run without gmlake to use that allocator.");
+    if (allocator != nullptr && allocator.get() != this) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ForeignPool& pool = foreign_pools_[{device, id}];
+      pool.allocator = std::move(allocator);
+      ++pool.refs;
+      return;
+    }
     TORCH_CHECK(api_.pool_create(device, id.first, id.second) == 0,
                 "gmlake: createOrIncrefPool: ", api_.last_error());
   }
@@ -555,7 +642,91 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     });
   }
 
+  // --- pools another allocator serves: torch.cuda.MemPool(allocator=...),
+  // as NCCL's ncclMemAlloc pools for symmetric memory ---
+  // A request routed to one is that allocator's, one call per block, and
+  // goes back to it when freed; the door counts the pool's uses and keeps
+  // the allocator alive while blocks of it live. Its routes are looked at
+  // before gmlake's (a gmlake pool nested inside one is served by it).
+  bool BeginForeignRoute(c10::DeviceIndex device, c10::MempoolId_t id,
+                         std::function<bool(cudaStream_t)>* filter) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = foreign_pools_.find({device, id});
+    if (it == foreign_pools_.end()) return false;
+    ++it->second.refs;  // as beginAllocateToPool's reference on a pool
+    foreign_routes_.push_back({device, id, std::move(*filter)});
+    foreign_routes_open_.store(foreign_routes_.size());
+    return true;
+  }
+  bool EndForeignRoute(c10::DeviceIndex device, c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (foreign_pools_.count({device, id}) == 0) return false;
+    foreign_routes_.erase(
+        std::remove_if(foreign_routes_.begin(), foreign_routes_.end(),
+                       [&](const ForeignRoute& r) {
+                         return r.device == device && r.id == id;
+                       }),
+        foreign_routes_.end());
+    foreign_routes_open_.store(foreign_routes_.size());
+    return true;
+  }
+  bool ReleaseForeignPool(c10::DeviceIndex device, c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = foreign_pools_.find({device, id});
+    if (it == foreign_pools_.end()) return false;
+    if (--it->second.refs <= 0) foreign_pools_.erase(it);
+    return true;
+  }
+  void* MallocForeign(size_t n, c10::DeviceIndex device, cudaStream_t stream) {
+    std::shared_ptr<CUDAAllocator> allocator;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto r = foreign_routes_.rbegin(); r != foreign_routes_.rend();
+           ++r) {
+        if (r->device != device || !r->accepts(stream)) continue;
+        auto it = foreign_pools_.find({device, r->id});
+        if (it != foreign_pools_.end()) allocator = it->second.allocator;
+        break;
+      }
+    }
+    if (allocator == nullptr) return nullptr;
+    void* p = allocator->raw_alloc_with_stream(n, stream);
+    TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr,
+                     "CUDA out of memory. Tried to allocate ", n,
+                     " bytes from a MemPool's own allocator (",
+                     allocator->name(), "), which returned no memory");
+    std::lock_guard<std::mutex> lock(mu_);
+    foreign_blocks_[p] = std::move(allocator);
+    foreign_block_count_.store(foreign_blocks_.size());
+    return p;
+  }
+  bool ForeignBlock(void* p) {
+    if (foreign_block_count_.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    return foreign_blocks_.count(p) != 0;
+  }
+  bool FreeForeign(void* p) {
+    if (p == nullptr ||
+        foreign_block_count_.load(std::memory_order_relaxed) == 0) {
+      return false;
+    }
+    std::shared_ptr<CUDAAllocator> allocator;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = foreign_blocks_.find(p);
+      if (it == foreign_blocks_.end()) return false;
+      allocator = std::move(it->second);
+      foreign_blocks_.erase(it);
+      foreign_block_count_.store(foreign_blocks_.size());
+    }
+    allocator->raw_delete(p);
+    return true;
+  }
+
   void* Malloc(size_t n, c10::DeviceIndex device, cudaStream_t stream) {
+    if (foreign_routes_open_.load(std::memory_order_relaxed) > 0) {
+      if (void* p = MallocForeign(n, device, stream)) return p;
+    }
     void* p = nullptr;
     int out_of_memory = 0;
     {
@@ -673,7 +844,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
 
   const Api api_;
   std::atomic<bool> initialized_{false};
-  bool enabled_ = true;
+  std::atomic<bool> enabled_{true};
   int device_count_ = 0;
   std::mutex mu_;
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>,
@@ -681,6 +852,23 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
       filters_;
   std::atomic<int> routes_open_{0};
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
+  std::unordered_set<void*> uncached_;  // cudaMalloc'd with caching off
+  std::atomic<size_t> uncached_count_{0};
+  struct ForeignPool {
+    std::shared_ptr<CUDAAllocator> allocator;
+    int refs = 0;
+  };
+  struct ForeignRoute {
+    c10::DeviceIndex device;
+    c10::MempoolId_t id;
+    std::function<bool(cudaStream_t)> accepts;
+  };
+  std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, ForeignPool>
+      foreign_pools_;
+  std::vector<ForeignRoute> foreign_routes_;
+  std::atomic<size_t> foreign_routes_open_{0};
+  std::map<void*, std::shared_ptr<CUDAAllocator>> foreign_blocks_;
+  std::atomic<size_t> foreign_block_count_{0};
   std::atomic<bool> profiled_{false};
   std::map<void*, std::pair<size_t, c10::DeviceIndex>> profiled_sizes_;
   std::vector<cca::AllocatorTraceTracker> trace_trackers_;
@@ -693,7 +881,11 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
 std::shared_ptr<GMLakeAllocator>* installed = nullptr;
 
 void Delete(void* ptr) {
-  if (ptr != nullptr && installed != nullptr) (*installed)->Free(ptr);
+  if (ptr != nullptr && installed != nullptr) (*installed)->raw_delete(ptr);
+}
+
+void DeleteUncached(void* ptr) {
+  if (ptr != nullptr && installed != nullptr) (*installed)->FreeUncached(ptr);
 }
 
 void SetError(char* err, size_t n, const std::string& what) {
@@ -753,6 +945,10 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
     auto door = std::make_shared<GMLakeAllocator>(api);
     // Refuses (c10::Error) once PyTorch's own allocator has started.
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(door);
+    // torch.accelerator's calls (memory_stats, empty_cache, ...) find the
+    // allocator by device type in c10's registry, not through the pointer
+    // changeCurrentAllocator sets: this door there too.
+    c10::SetAllocator(c10::DeviceType::CUDA, door.get(), /*priority=*/255);
     installed = new std::shared_ptr<GMLakeAllocator>(std::move(door));
   } catch (const c10::Error& e) {
     SetError(err, err_size, e.what_without_backtrace());
