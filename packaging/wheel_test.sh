@@ -18,6 +18,9 @@ unset GMLAKE_LIB GMLAKE_CONF GMLAKE_ENABLE PYTHONPATH
 python3 -m venv "${work}/venv"
 "${work}/venv/bin/pip" install --no-index --no-cache-dir --quiet "${wheel}"
 py="${work}/venv/bin/python"
+# A sanitizer's runtime the bundled library needs loaded first (.bazelrc's
+# tsan config), for the venv's interpreter and what it starts.
+if [[ -n "${GMLAKE_TEST_PRELOAD:-}" ]]; then export LD_PRELOAD="${GMLAKE_TEST_PRELOAD}"; fi
 site="$("${py}" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
 
 fail() { echo "wheel_test: FAIL: $*" >&2; exit 1; }

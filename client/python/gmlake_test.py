@@ -13,6 +13,12 @@ import tempfile
 import textwrap
 import unittest
 
+# A sanitizer's runtime the library needs loaded first (.bazelrc's tsan
+# config): this interpreter starts again with it, and its children inherit.
+if os.environ.get("GMLAKE_TEST_PRELOAD") and "LD_PRELOAD" not in os.environ:
+    os.execve(sys.executable, [sys.executable] + sys.argv,
+              dict(os.environ, LD_PRELOAD=os.environ["GMLAKE_TEST_PRELOAD"]))
+
 # The library of this build (runfiles), for this process and its children.
 if "TEST_SRCDIR" in os.environ:
     os.environ["GMLAKE_LIB"] = os.path.join(
@@ -164,6 +170,34 @@ class SnapshotTest(WithLake):
             self.assertEqual(_torch._memory_snapshot((3, 0))["segments"], [])
         finally:
             lib().gmlake_free(p)
+            lib().gmlake_empty_cache()
+        # A pool made and routed as the native door does for MemPool and
+        # use_mem_pool: its segment, and only it, under its id.
+        c = ctypes
+        filt_t = c.CFUNCTYPE(c.c_int, c.c_void_p, c.c_uint64)
+        accept_7 = filt_t(lambda ctx, stream: 1 if stream == 7 else 0)
+        l = lib()
+        l.gmlake_pool_create_or_incref.argtypes = [c.c_int, c.c_uint64, c.c_uint64]
+        l.gmlake_pool_begin_allocate.argtypes = [c.c_int, c.c_uint64, c.c_uint64,
+                                                 filt_t, c.c_void_p]
+        l.gmlake_pool_end_allocate.argtypes = [c.c_int, c.c_uint64, c.c_uint64]
+        l.gmlake_pool_release.argtypes = [c.c_int, c.c_uint64, c.c_uint64]
+        l.gmlake_pool_release.restype = c.c_int64
+        self.assertEqual(l.gmlake_pool_create_or_incref(0, 0, 5), 0)
+        self.assertEqual(l.gmlake_pool_begin_allocate(0, 0, 5, accept_7, None), 0)
+        in_pool = malloc(16, 7)
+        self.assertEqual(l.gmlake_pool_end_allocate(0, 0, 5), 0)
+        outside = malloc(3 * CHUNK, 7)
+        try:
+            segs = _snapshot.snapshot((0, 5))["segments"]
+            self.assertEqual(len(segs), 1, segs)
+            self.assertEqual(segs[0]["segment_pool_id"], (0, 5))
+            self.assertEqual([b["address"] for b in segs[0]["blocks"]
+                              if b["state"] == "active_allocated"], [in_pool])
+        finally:
+            lib().gmlake_free(in_pool)
+            lib().gmlake_free(outside)
+            self.assertGreater(l.gmlake_pool_release(0, 0, 5), 0)
             lib().gmlake_empty_cache()
         mixed = {"segments": [{"segment_pool_id": [0, 0]},
                               {"segment_pool_id": [3, 0]}]}

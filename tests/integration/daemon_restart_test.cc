@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "proto/protocol.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace testing {
@@ -66,10 +67,13 @@ TEST(DaemonRestartTest, TwoClientsMidTraceFinishAcrossAKillAndARestart) {
   ASSERT_OK(d);
   Daemon& daemon = **d;
   // A trainer and an inference engine, each a trace slice replayed twice,
-  // paced so that the kill lands in the middle.
-  const std::vector<std::string> pace = {"--scale=8", "--loops=2", "--end=0.5",
-                                         "--event_sleep_us=1500",
-                                         "--progress_every=10000"};
+  // paced so that the kill lands in the middle. Under a sanitizer a client
+  // takes seconds to start: the pace is slower by as much, or the first
+  // one is done before the second one connects.
+  const std::vector<std::string> pace = {
+      "--scale=8", "--loops=2", "--end=0.5",
+      absl::StrCat("--event_sleep_us=", 1500 * testing::TimeScale()),
+      "--progress_every=10000"};
   std::unique_ptr<ClientProcess> a =
       StartTraceClient(daemon, "llama1b_lora_ckpt", pace);
   std::unique_ptr<ClientProcess> b =
