@@ -607,7 +607,7 @@ TEST_F(Adversarial, AClientKilledWhileItsLeaseWaitsLosesNothing) {
   ASSERT_OK(st);
   EXPECT_EQ(st->devices(0).leased_chunks(), 4u);
   EXPECT_EQ(st->devices(0).creating_bytes(), 0u);
-  ASSERT_TRUE(daemon_->CheckBooks().ok());
+  ASSERT_OK(daemon_->CheckBooks());
 
   // Breaking the holder's Watch stream ends its session too; as its process
   // (this test) still runs and received its chunks, they stay leased to it
@@ -671,7 +671,7 @@ TEST_F(Adversarial, ThousandsOfSessions) {
   ASSERT_OK(st);
   EXPECT_EQ(st->sessions_size(), n);
   EXPECT_EQ(st->devices(0).leased_chunks(), static_cast<uint64_t>(n / 20));
-  ASSERT_TRUE(daemon_->CheckBooks().ok());
+  ASSERT_OK(daemon_->CheckBooks());
   // They all go away at once: those holding chunks say they are done
   // (otherwise their chunks would wait for this process to exit), the
   // rest just drop their connections.

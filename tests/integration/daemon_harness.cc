@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "proto/protocol.h"
+#include "tests/time_scale.h"
 
 namespace gmlake {
 namespace testing {
@@ -187,7 +188,8 @@ absl::Status Daemon::Launch() {
   pid_ = *pid;
   // Wait for the gRPC socket (a killed daemon leaves its file behind: wait
   // for the answer), then for an answer.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  // (Scaled: a sanitizer's daemon takes seconds to start on a busy machine.)
+  const absl::Time deadline = absl::Now() + Scaled(absl::Seconds(20));
   while (::access(socket_.c_str(), F_OK) != 0) {
     int status;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -224,7 +226,7 @@ absl::Status Daemon::Launch() {
 
 Daemon::~Daemon() {
   if (pid_ > 0) {
-    absl::StatusOr<int> code = Stop(SIGTERM, absl::Seconds(5));
+    absl::StatusOr<int> code = Stop(SIGTERM, Scaled(absl::Seconds(5)));
     if (!code.ok()) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -251,7 +253,7 @@ absl::StatusOr<int> Daemon::Stop(int sig, absl::Duration timeout) {
 
 absl::StatusOr<v1::StatusResponse> Daemon::Status() {
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + Scaled(absl::Seconds(5))));
   v1::StatusRequest req;
   v1::StatusResponse resp;
   absl::Status s = FromGrpc(stub_->Status(&ctx, req, &resp));
@@ -340,7 +342,7 @@ absl::StatusOr<std::unique_ptr<ClientProcess>> ClientProcess::StartBinary(
   c->out_.Reset(from_child[0]);
   if (!pid.ok()) return pid.status();
   c->pid_ = *pid;
-  absl::StatusOr<std::string> first = c->ReadLine(absl::Seconds(20));
+  absl::StatusOr<std::string> first = c->ReadLine(Scaled(absl::Seconds(20)));
   if (!first.ok()) return first.status();
   absl::StatusOr<std::string> ready = ParseAnswer(*first);
   if (!ready.ok()) return ready.status();
@@ -362,7 +364,7 @@ void ClientProcess::Kill(int sig) {
 absl::StatusOr<int> ClientProcess::Quit() {
   absl::StatusOr<std::string> r = Command("quit");
   if (!r.ok()) return r.status();
-  absl::StatusOr<int> code = WaitExit(pid_, absl::Seconds(10));
+  absl::StatusOr<int> code = WaitExit(pid_, Scaled(absl::Seconds(10)));
   if (code.ok()) pid_ = -1;
   return code;
 }
