@@ -166,8 +166,11 @@ class SnapshotTest(WithLake):
             self.assertEqual(_snapshot.snapshot((0, 0))["segments"],
                              snap["segments"])
             self.assertEqual(_snapshot.snapshot((3, 0))["segments"], [])
-            # Through torch.cuda's own entry point as gmlake routes it.
-            self.assertEqual(_torch._memory_snapshot((3, 0))["segments"], [])
+            # Through torch.cuda's own entry point as gmlake routes it, with
+            # the arguments PyTorch 2.11 gives it.
+            self.assertEqual(_torch._memory_snapshot((3, 0, True))["segments"], [])
+            self.assertEqual(_torch._memory_snapshot((0, 0, True))["segments"],
+                             snap["segments"])
         finally:
             lib().gmlake_free(p)
             lib().gmlake_empty_cache()
@@ -203,6 +206,19 @@ class SnapshotTest(WithLake):
                               {"segment_pool_id": [3, 0]}]}
         self.assertEqual(_snapshot.of_pool(mixed, (3, 0))["segments"],
                          [{"segment_pool_id": (3, 0)}])
+        # PyTorch 2.11's memory_snapshot(mempool_id, include_traces) passes
+        # (id0, id1, include_traces); (0, 0, ...) is every pool (on the
+        # H200 a 2-tuple filter kept nothing of either).
+        def mixed_with_traces():
+            return {"segments": [{"segment_pool_id": [0, 0]},
+                                 {"segment_pool_id": [3, 0]}],
+                    "device_traces": [[{"action": "alloc"}]]}
+        every = _snapshot.of_pool(mixed_with_traces(), (0, 0, True))
+        self.assertEqual(len(every["segments"]), 2)
+        self.assertEqual(every["device_traces"], [[{"action": "alloc"}]])
+        one = _snapshot.of_pool(mixed_with_traces(), (3, 0, False))
+        self.assertEqual(one["segments"], [{"segment_pool_id": (3, 0)}])
+        self.assertEqual(one["device_traces"], [[]])
 
     def allocate_here(self, size, stream):
         return malloc(size, stream)

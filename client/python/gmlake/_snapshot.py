@@ -26,13 +26,21 @@ def of_pool(snap, mempool_id):
     """`snap` with segment_pool_id as PyTorch gives it (a tuple, which
     callers put in sets and compare with MemPool.id and graph.pool(); JSON
     has lists), keeping the segments of pool `mempool_id` only, unless it is
-    None or (0, 0) (all, as PyTorch's)."""
+    None or (0, 0) (all, as PyTorch's). torch.cuda.memory_snapshot passes
+    (id0, id1, include_traces), (0, 0, ...) for every pool; without traces
+    the device traces are empty."""
     for seg in snap.get("segments", []):
         if isinstance(seg.get("segment_pool_id"), list):
             seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
-    if mempool_id is not None and tuple(mempool_id) != (0, 0):
+    if mempool_id is None:
+        return snap
+    key = tuple(mempool_id)
+    pool = key[:2]
+    if len(key) > 2 and not key[2]:
+        snap["device_traces"] = [[] for _ in snap.get("device_traces", [])]
+    if pool != (0, 0):
         snap["segments"] = [s for s in snap.get("segments", [])
-                            if s.get("segment_pool_id") == tuple(mempool_id)]
+                            if s.get("segment_pool_id") == pool]
     return snap
 
 
