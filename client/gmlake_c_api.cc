@@ -25,7 +25,6 @@
 #include "client/ipc_share.h"
 #include "client/open_chunk_source.h"
 #include "client/options.h"
-#include "common/bytes.h"
 #include "common/mutex.h"
 
 namespace gmlake {

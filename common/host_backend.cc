@@ -132,12 +132,7 @@ absl::StatusOr<ChunkHandle> HostBackend::DoImportChunk(int fd, int device,
 absl::StatusOr<DevicePtr> HostBackend::DoReserveRange(size_t size,
                                                       size_t alignment,
                                                       int /*device*/) {
-  std::function<void(size_t)> gate;
-  {
-    MutexLock lock(&gate_mu_);
-    gate = reserve_gate_;
-  }
-  if (gate) gate(size);
+  PassGate(&HostBackend::reserve_gate_, size);
   return books_.ReserveRange(
       size, alignment,
       [](size_t size, size_t alignment) -> absl::StatusOr<DevicePtr> {
@@ -259,12 +254,7 @@ void HostBackend::SetReserveGate(std::function<void(size_t)> gate) {
 
 absl::Status HostBackend::DoRecordEvent(EventHandle event,
                                         StreamHandle stream) {
-  std::function<void(StreamHandle)> gate;
-  {
-    MutexLock lock(&gate_mu_);
-    gate = record_gate_;
-  }
-  if (gate) gate(stream);
+  PassGate(&HostBackend::record_gate_, stream);
   if (absl::Status s = CheckCapture(stream, false, "RecordEvent"); !s.ok()) {
     return s;
   }

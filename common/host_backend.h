@@ -149,6 +149,18 @@ class HostBackend : public VmmBackend {
   // may not be used for an event call now.
   absl::Status CheckCapture(StreamHandle stream, bool any, const char* call);
 
+  // Calls the gate `which` with `arg`: copied under gate_mu_, called
+  // without it (a gate may block for as long as its test wants).
+  template <typename Arg>
+  void PassGate(std::function<void(Arg)> HostBackend::*which, Arg arg) {
+    std::function<void(Arg)> gate;
+    {
+      MutexLock lock(&gate_mu_);
+      gate = this->*which;
+    }
+    if (gate) gate(arg);
+  }
+
   VmmBooks books_;
   Mutex capture_mu_;  // common/mutex.h: seen by ThreadSanitizer
   std::vector<StreamHandle> captured_ ABSL_GUARDED_BY(capture_mu_);
