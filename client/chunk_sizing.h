@@ -103,6 +103,32 @@ uint64_t TakeKeptChunks(std::vector<Chunk>* idle, uint64_t bytes,
   return have;
 }
 
+// Moves kept chunks from `idle` to `taken` for a request of `bytes` cut
+// as PlanChunks(bytes, sizing) cuts it: for each of its runs, kept chunks
+// of that run's size, up to its count; then larger chunks than the base
+// that fit what is still missing. Smaller kept chunks do not stand in for a
+// larger planned one: what a process leased ahead in 2 MiB pieces for 2 MiB
+// shortfalls would otherwise serve every later shortfall in 2 MiB chunks,
+// and each chunk costs its own driver calls. Returns the bytes moved.
+template <typename Chunk>
+uint64_t TakePlannedChunks(std::vector<Chunk>* idle, uint64_t bytes,
+                           const ChunkSizing& sizing,
+                           std::vector<Chunk>* taken) {
+  uint64_t have = 0;
+  for (const ChunkRun& run : PlanChunks(bytes, sizing)) {
+    have += TakeKeptChunks(idle, run.size * run.count, run.size, taken);
+  }
+  std::vector<Chunk> large;
+  std::vector<Chunk> rest;
+  for (Chunk& c : *idle) (c.size > sizing.base ? large : rest).push_back(c);
+  have += TakeKeptChunks(&large, bytes - have, 0, taken);
+  rest.insert(rest.end(), large.begin(), large.end());
+  *idle = std::move(rest);
+  std::sort(idle->begin(), idle->end(),
+            [](const Chunk& a, const Chunk& b) { return a.size < b.size; });
+  return have;
+}
+
 }  // namespace gmlake
 
 #endif  // GMLAKE_CLIENT_CHUNK_SIZING_H_

@@ -116,6 +116,34 @@ TEST(ChunkSizingTest, KeptChunksLargestThatFitFirst) {
   EXPECT_TRUE(taken.empty());
 }
 
+TEST(ChunkSizingTest, KeptChunksOfThePlannedSizes) {
+  const ChunkSizing sizing{2 * kMiB, 4 * kMiB, 0, 64};
+  // Three 2 MiB chunks leased ahead for 2 MiB shortfalls, one 4 MiB and a
+  // large one.
+  std::vector<Kept> idle = {{1, 2 * kMiB},
+                            {2, 2 * kMiB},
+                            {3, 2 * kMiB},
+                            {4, 4 * kMiB},
+                            {5, 16 * kMiB}};
+  std::vector<Kept> taken;
+  // 10 MiB is planned as 4 + 4 + 2: the 4 and one 2; the 2s do not stand
+  // in for the second 4, which is left to lease.
+  EXPECT_EQ(TakePlannedChunks(&idle, 10 * kMiB, sizing, &taken), 6 * kMiB);
+  EXPECT_THAT(Names(taken), ElementsAre(4, 3));
+  EXPECT_THAT(Names(idle), ElementsAre(1, 2, 5));  // by size
+  // A chunk larger than the base serves whatever it fits, as before.
+  taken.clear();
+  EXPECT_EQ(TakePlannedChunks(&idle, 20 * kMiB, sizing, &taken), 16 * kMiB);
+  EXPECT_THAT(Names(taken), ElementsAre(5));
+  EXPECT_THAT(Names(idle), ElementsAre(1, 2));
+  // The planned pieces of the unit: both 2s.
+  taken.clear();
+  EXPECT_EQ(TakePlannedChunks(&idle, 2 * kMiB, sizing, &taken), 2 * kMiB);
+  EXPECT_EQ(TakePlannedChunks(&idle, 2 * kMiB, sizing, &taken), 2 * kMiB);
+  EXPECT_THAT(Names(taken), ElementsAre(2, 1));
+  EXPECT_TRUE(idle.empty());
+}
+
 TEST(LeaseAheadBytesTest, DoublesWithTheStreakWithinTheCapAndTheRoom) {
   constexpr uint64_t kMiB = 1 << 20;
   const LeaseAhead ahead{256 * kMiB, 64};

@@ -81,9 +81,17 @@ struct DaemonSourceOptions {
   // Bytes per device of returned chunks kept imported for reuse, instead of
   // going back to the daemon at once.
   uint64_t idle_watermark_bytes = 0;
+  // AcquireBytes leases a shortfall in chunks of this size (rounded down
+  // to gmlaked's unit, at least one unit), the last piece smaller, as the
+  // embedded lake creates them (the allocator's max_chunk), so a process
+  // gets the same chunks from either lake. Every chunk costs its way
+  // through gmlaked (export, transfer, import, map: ~200 us on an H200
+  // whatever its size), so 4 MiB chunks halve what growth costs in 2 MiB
+  // ones. 0: gmlaked's unit.
+  uint64_t base_chunk = 0;
   // AcquireBytes leases a large shortfall in chunks of up to this size
-  // (client/chunk_sizing.h; gmlaked's unit for the rest). 0: every chunk of
-  // gmlaked's unit.
+  // (client/chunk_sizing.h; base_chunk for the rest). 0: never larger than
+  // base_chunk.
   uint64_t large_chunk = 0;
   // Leasing ahead of need (client/chunk_sizing.h, LeaseAhead): a process
   // growing in many small shortfalls leases the next ones with this one,
@@ -296,6 +304,9 @@ class DaemonChunkSource : public ChunkSource {
     // leasing ahead until it pauses.
     bool pressed = false;
     size_t refill_chunks = 0;
+    // The size of the chunks leased ahead last (the largest run of the
+    // shortfall that leased them): what a background refill leases.
+    uint64_t ahead_chunk = 0;
     bool noted = false;
     uint64_t noted_used = 0;
     uint64_t noted_cached = 0;
@@ -354,11 +365,17 @@ class DaemonChunkSource : public ChunkSource {
   // Waits until the daemon is back or `deadline`; its status then.
   absl::Status WaitForLink(absl::Time deadline);
   void HandlePressure(int device, uint64_t bytes);
-  // Acquire and AcquireBytes: idle chunks for `bytes` (only of the unit
-  // size unless `any_size`), then leases for the rest (of the unit, or cut
-  // by PlanChunks with `any_size`). All or nothing.
+  // Which idle chunks serve a request: Acquire's, of the unit only
+  // (kUnit); AcquireBytes', of the sizes PlanChunks cuts it in
+  // (kPlanned, TakePlannedChunks); or, once the lake had no room for that,
+  // any that fit (kAnyFit), so that no idle chunk waits while a request
+  // fails.
+  enum class IdleTake { kUnit, kPlanned, kAnyFit };
+  // Acquire and AcquireBytes: idle chunks for `bytes` (as `take` says),
+  // then leases for the rest (of the unit for kUnit, else cut by
+  // PlanChunks). All or nothing.
   absl::StatusOr<std::vector<LeasedChunk>> Obtain(int device, uint64_t bytes,
-                                                  bool any_size);
+                                                  IdleTake take);
   // LeaseAndImport once the daemon is there: waits up to reconnect_wait
   // for a restarted one, and leases again if it restarted during the lease.
   absl::Status LeaseWhenLinked(int device, size_t count, uint64_t size,
@@ -370,18 +387,21 @@ class DaemonChunkSource : public ChunkSource {
   absl::Status LeaseAndImport(int device, size_t count, uint64_t size,
                               std::vector<LeasedChunk>* out, uint64_t* epoch,
                               bool no_pressure);
-  // Leases `count` chunks of the unit and `ahead` more, ahead of need, in
+  // Leases `count` chunks of `size` and `ahead` more, ahead of need, in
   // one call where the lake has them free; else the `count` alone (and no
   // more ahead until chunks go back). Moves the ahead ones to `ahead_out`.
   absl::Status LeaseWithAhead(int device, size_t count, size_t ahead,
-                              uint64_t unit, std::vector<LeasedChunk>* out,
+                              uint64_t size, std::vector<LeasedChunk>* out,
                               std::vector<LeasedChunk>* ahead_out,
                               uint64_t* epoch);
-  // Chunks leased ahead of need for `bytes` more on `device`, and the
-  // lease's chunk count of the unit (0: none).
+  // Chunks of `size` to lease ahead of need with a shortfall of `missing`
+  // bytes, for `bytes` more on `device` (0: none).
   size_t AheadChunksLocked(const DeviceState& d, uint64_t missing,
-                           uint64_t bytes) const
+                           uint64_t bytes, uint64_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chunks AcquireBytes leases for a shortfall on a device of `unit`:
+  // options_.base_chunk in whole units, at least one.
+  uint64_t BaseChunk(uint64_t unit) const;
   // Gives back what was leased ahead and not taken since the last look
   // (growth paused), on every device; the reporter thread calls it.
   void TrimAheadAfterPause();
@@ -389,6 +409,9 @@ class DaemonChunkSource : public ChunkSource {
   // thread for the next step once the stock leased ahead for this streak
   // runs below half of it.
   void MaybeRefillLocked(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The size of the chunks a refill leases: those leased ahead last, or
+  // the unit.
+  static uint64_t RefillChunkLocked(const DeviceState& d);
   // If a background lease is in flight for `device` and what is idle plus
   // what it brings covers `bytes`, waits for it (true when it waited).
   bool WaitForRefillLocked(int device, uint64_t bytes)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "client/chunk_sizing.h"
 #include "client/daemon_chunk_source.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_harness.h"
@@ -132,6 +133,77 @@ TEST_F(DaemonGrowthTest, MixedShortfallsTakeFewLeasesPerGiB) {
   EXPECT_EQ(got.size(), grown / kChunk);
   EXPECT_TRUE(WaitForSessionBytes(src->session_id(), grown));
   src->ReturnSized(0, got);
+}
+
+TEST_F(DaemonGrowthTest, ShortfallsGetTheChunksOfTheEmbeddedLake) {
+  // The allocator's max_chunk of 4 MiB (base_chunk): a 10 MiB shortfall is
+  // 4 + 4 + 2 MiB, as the embedded lake creates it, not five chunks of
+  // gmlaked's 2 MiB unit; every chunk costs its way through gmlaked
+  // whatever its size.
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "base";
+  o.base_chunk = 4 * kMiB;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  const uint64_t before = LeasesServed();
+  std::vector<SizedChunk> got;
+  uint64_t grown = 0;
+  uint64_t planned = 0;  // chunks the embedded lake would create
+  // New batch shapes: shortfalls of 2, 6 and 10 MiB in turn.
+  for (int i = 0; grown < kGiB; ++i) {
+    const uint64_t step = kChunk * (1 + 2 * (i % 3));
+    absl::StatusOr<std::vector<SizedChunk>> c = (*src)->AcquireBytes(0, step);
+    ASSERT_TRUE(c.ok()) << c.status();
+    uint64_t sum = 0;
+    for (const SizedChunk& k : *c) sum += k.size;
+    EXPECT_EQ(sum, step);
+    for (const ChunkRun& run : PlanChunks(step, {kChunk, 4 * kMiB, 0})) {
+      planned += run.count;
+    }
+    got.insert(got.end(), c->begin(), c->end());
+    grown += step;
+  }
+  const uint64_t leases = LeasesServed() - before;
+  std::printf(
+      "1 GiB in 2/6/10 MiB shortfalls: %zu chunks (embedded: %d, "
+      "2 MiB unit: %d), %d lease calls\n",
+      got.size(), static_cast<int>(planned), static_cast<int>(grown / kChunk),
+      static_cast<int>(leases));
+  EXPECT_EQ(got.size(), planned);
+  EXPECT_LT(got.size(), grown / kChunk * 7 / 10);
+  // Two sizes leased ahead (4 MiB, and 2 MiB for the last pieces): still a
+  // few leases per GiB, not one per shortfall (273 here).
+  EXPECT_LE(leases, 24u);
+  EXPECT_TRUE(WaitForSessionBytes((*src)->session_id(), grown));
+  (*src)->ReturnSized(0, got);
+}
+
+TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
+  // The whole lake is this process's, idle in 2 MiB chunks: a 12 MiB
+  // request, planned as three 4 MiB chunks, still gets its memory.
+  Start({"--host_capacity=64MiB", "--capacity=1"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "full";
+  o.base_chunk = 4 * kMiB;
+  o.idle_watermark_bytes = 64 * kMiB;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<SizedChunk> got;
+  Grow(src->get(), 64 * kMiB, kChunk, &got);
+  (*src)->ReturnSized(0, got);
+  absl::StatusOr<std::vector<SizedChunk>> big =
+      (*src)->AcquireBytes(0, 12 * kMiB);
+  ASSERT_TRUE(big.ok()) << big.status();
+  uint64_t sum = 0;
+  for (const SizedChunk& c : *big) sum += c.size;
+  EXPECT_EQ(sum, 12 * kMiB);
+  EXPECT_LE(SessionBytes((*src)->session_id()), 64 * kMiB);
+  (*src)->ReturnSized(0, *big);
 }
 
 TEST_F(DaemonGrowthTest, LeasedAheadStaysWithinTheProcessLimit) {

@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     int device, size_t count) {
   const uint64_t unit = chunk_size(device);
   absl::StatusOr<std::vector<LeasedChunk>> got =
-      Obtain(device, count * unit, /*any_size=*/false);
+      Obtain(device, count * unit, IdleTake::kUnit);
   if (!got.ok()) return got.status();
   std::vector<ChunkHandle> handles;
   handles.reserve(got->size());
@@ -52,7 +52,7 @@ absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
         absl::StrFormat("device %d does not exist in this process", device));
   }
   absl::StatusOr<std::vector<LeasedChunk>> got =
-      Obtain(device, (bytes + unit - 1) / unit * unit, /*any_size=*/true);
+      Obtain(device, (bytes + unit - 1) / unit * unit, IdleTake::kPlanned);
   if (!got.ok()) return got.status();
   std::vector<SizedChunk> out;
   out.reserve(got->size());
@@ -61,7 +61,8 @@ absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
 }
 
 absl::StatusOr<std::vector<DaemonChunkSource::LeasedChunk>>
-DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
+DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
+  const bool any_size = take != IdleTake::kUnit;
   bool short_while_lost;
   {
     MutexLock l(&mu_);
@@ -105,9 +106,13 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
     }
     // A refill on its way that covers this: wait for it rather than lease.
     if (WaitForRefillLocked(device, bytes)) background_waits_.fetch_add(1);
-    // Idle chunks: of the unit only, or any that fit, largest first.
     const uint64_t have =
-        TakeKeptChunks(&d.idle, bytes, any_size ? 0 : unit, &got);
+        take == IdleTake::kPlanned
+            ? TakePlannedChunks(&d.idle, bytes,
+                                {unit, BaseChunk(unit), options_.large_chunk},
+                                &got)
+            : TakeKeptChunks(&d.idle, bytes, take == IdleTake::kUnit ? unit : 0,
+                             &got);
     d.idle_bytes -= have;
     // What was taken was leased ahead for this, as far as it goes.
     if (have > 0 && d.ahead_bytes > 0) {
@@ -119,35 +124,47 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
   }
   const size_t from_idle = got.size();
   // The rest in runs of one size each: one lease per run.
+  const uint64_t base = BaseChunk(unit);
   std::vector<ChunkRun> runs;
   if (any_size) {
-    runs = PlanChunks(missing, {unit, unit, options_.large_chunk});
+    runs = PlanChunks(missing, {unit, base, options_.large_chunk});
   } else if (missing > 0) {
     runs.push_back({unit, missing / unit});
   }
-  // A small shortfall (chunks of the unit only) leases the next ones ahead
-  // with it; a large one is one lease of large chunks already.
+  // A small shortfall (no chunk past the base) leases the next ones ahead
+  // with its largest run, in chunks of that run's size; a large one is one
+  // lease of large chunks already.
   size_t ahead = 0;
-  if (runs.size() == 1 && runs[0].size == unit) {
+  size_t ahead_run = runs.size();
+  if (!runs.empty() && runs[0].size <= std::max(base, unit)) {
+    ahead_run = 0;
+    for (size_t i = 1; i < runs.size(); ++i) {
+      if (runs[i].size * runs[i].count >
+          runs[ahead_run].size * runs[ahead_run].count) {
+        ahead_run = i;
+      }
+    }
     MutexLock l(&mu_);
-    ahead = AheadChunksLocked(devices_[device], missing, bytes);
+    ahead = AheadChunksLocked(devices_[device], missing, bytes,
+                              runs[ahead_run].size);
+    if (ahead > 0) devices_[device].ahead_chunk = runs[ahead_run].size;
   }
   std::vector<uint64_t> epochs(from_idle, idle_epoch);
   std::vector<LeasedChunk> ahead_got;
   uint64_t ahead_epoch = 0;
   absl::Status s = absl::OkStatus();
-  for (const ChunkRun& run : runs) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ChunkRun& run = runs[i];
     uint64_t lease_epoch = 0;
     blocking_leases_.fetch_add(1);
-    s = run.size == unit
-            ? LeaseWithAhead(device, run.count, ahead, unit, &got, &ahead_got,
-                             &lease_epoch)
-            : LeaseWhenLinked(device, run.count, run.size, &got, &lease_epoch);
+    s = LeaseWithAhead(device, run.count, i == ahead_run ? ahead : 0, run.size,
+                       &got, &ahead_got, &lease_epoch);
     if (!s.ok()) break;
     epochs.resize(got.size(), lease_epoch);
     if (!ahead_got.empty()) ahead_epoch = lease_epoch;
   }
   uint64_t keep = 0;
+  bool retry = false;
   {
     MutexLock l(&mu_);
     // Ids of another daemon than the current one (it restarted meanwhile,
@@ -178,15 +195,27 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, bool any_size) {
     // which stay, besides what was leased ahead).
     for (const LeasedChunk& c : got) d.Idle(c);
     keep = options_.idle_watermark_bytes + d.ahead_bytes;
+    retry = take == IdleTake::kPlanned && absl::IsResourceExhausted(s) &&
+            d.idle_bytes >= missing;
   }
   if (got.size() > from_idle) TrimIdle(device, keep, 0);
+  // No room for chunks of the planned sizes while idle ones of others are
+  // here: those, before the caller hears there is no room.
+  if (retry) return Obtain(device, bytes, IdleTake::kAnyFit);
   return s;
 }
 
+uint64_t DaemonChunkSource::BaseChunk(uint64_t unit) const {
+  if (unit == 0) return 0;
+  return std::max<uint64_t>(options_.base_chunk / unit, 1) * unit;
+}
+
 size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
-                                            uint64_t missing,
-                                            uint64_t bytes) const {
-  if (missing == 0 || d.ahead_refused || d.chunk_size == 0) return 0;
+                                            uint64_t missing, uint64_t bytes,
+                                            uint64_t size) const {
+  if (missing == 0 || d.ahead_refused || d.chunk_size == 0 || size == 0) {
+    return 0;
+  }
   // Room: what this process may hold (its limit, the lake's capacity) past
   // what it will hold with this request.
   const uint64_t after = d.held_bytes + bytes + d.idle_bytes;
@@ -198,15 +227,15 @@ size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
   policy.max_bytes = options_.lease_ahead_max;
   return LeaseAheadBytes(policy, d.chunk_size, missing, d.streak_bytes,
                          d.held_bytes + d.idle_bytes, room) /
-         d.chunk_size;
+         size;
 }
 
 absl::Status DaemonChunkSource::LeaseWithAhead(
-    int device, size_t count, size_t ahead, uint64_t unit,
+    int device, size_t count, size_t ahead, uint64_t size,
     std::vector<LeasedChunk>* out, std::vector<LeasedChunk>* ahead_out,
     uint64_t* epoch) {
   if (ahead > 0) {
-    absl::Status s = LeaseWhenLinked(device, count + ahead, unit, out, epoch,
+    absl::Status s = LeaseWhenLinked(device, count + ahead, size, out, epoch,
                                      /*no_pressure=*/true);
     if (s.ok()) {
       ahead_out->assign(out->end() - ahead, out->end());
@@ -219,7 +248,7 @@ absl::Status DaemonChunkSource::LeaseWithAhead(
     MutexLock l(&mu_);
     devices_[device].ahead_refused = true;
   }
-  return LeaseWhenLinked(device, count, unit, out, epoch);
+  return LeaseWhenLinked(device, count, size, out, epoch);
 }
 
 void DaemonChunkSource::TrimAheadAfterPause() {
@@ -304,7 +333,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
     failure = absl::FailedPreconditionError(absl::StrFormat(
         "gmlaked leased chunks of %s for a lease of chunks of %s: it "
         "predates chunk sizes; upgrade gmlaked, or set GMLAKE_CONF "
-        "large_chunk:0",
+        "max_chunk:0,large_chunk:0",
         FormatBytes(resp.chunk_size()), FormatBytes(size)));
   } else {
     MutexLock l(&fd_mu_);

@@ -29,6 +29,10 @@
 
 namespace gmlake {
 
+uint64_t DaemonChunkSource::RefillChunkLocked(const DeviceState& d) {
+  return d.ahead_chunk != 0 ? d.ahead_chunk : d.chunk_size;
+}
+
 void DaemonChunkSource::MaybeRefillLocked(int device) {
   if (!options_.lease_ahead_in_background || closing_ ||
       !refill_thread_.joinable()) {
@@ -39,9 +43,11 @@ void DaemonChunkSource::MaybeRefillLocked(int device) {
       d.streak_bytes == 0 || !lost_.ok()) {
     return;
   }
-  // The step the next shortfall would lease ahead with it.
-  const size_t step = AheadChunksLocked(d, d.chunk_size, 0);
-  const uint64_t want = uint64_t{step} * d.chunk_size;
+  // The step the next shortfall would lease ahead with it, in the chunks
+  // the streak leased ahead last.
+  const uint64_t size = RefillChunkLocked(d);
+  const size_t step = AheadChunksLocked(d, d.chunk_size, 0, size);
+  const uint64_t want = uint64_t{step} * size;
   if (step == 0 || d.ahead_bytes * 2 >= want) return;
   // A whole step, as the next shortfall would lease it: the leases per GiB
   // grown stay those of leasing ahead on the malloc, and what waits unused
@@ -54,7 +60,7 @@ void DaemonChunkSource::MaybeRefillLocked(int device) {
 bool DaemonChunkSource::WaitForRefillLocked(int device, uint64_t bytes) {
   DeviceState& d = devices_[device];
   if (!d.refilling || d.idle_bytes >= bytes ||
-      d.idle_bytes + uint64_t{d.refill_chunks} * d.chunk_size < bytes) {
+      d.idle_bytes + uint64_t{d.refill_chunks} * RefillChunkLocked(d) < bytes) {
     return false;
   }
   const absl::Time deadline = absl::Now() + options_.lease_timeout;
@@ -74,7 +80,7 @@ void DaemonChunkSource::RefillLoop() {
   for (;;) {
     int device = -1;
     size_t count = 0;
-    uint64_t unit = 0;
+    uint64_t size = 0;
     {
       MutexLock l(&mu_);
       while (device < 0) {
@@ -89,14 +95,14 @@ void DaemonChunkSource::RefillLoop() {
         if (device < 0) refill_wanted_.Wait(&mu_);
       }
       count = devices_[device].refill_chunks;
-      unit = devices_[device].chunk_size;
+      size = RefillChunkLocked(devices_[device]);
     }
     // Straight to gmlaked, not waiting for a lost one to come back: a
     // refill is worth having only now.
     std::vector<LeasedChunk> got;
     uint64_t epoch = 0;
     const absl::Status s =
-        Lost().ok() ? LeaseAndImport(device, count, unit, &got, &epoch,
+        Lost().ok() ? LeaseAndImport(device, count, size, &got, &epoch,
                                      /*no_pressure=*/true)
                     : Lost();
     MutexLock l(&mu_);

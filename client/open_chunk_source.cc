@@ -64,6 +64,7 @@ absl::StatusOr<OpenedChunkSource> OpenChunkSource(
   const char* name = std::getenv("GMLAKE_NAME");
   d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
   d.idle_watermark_bytes = options.idle_watermark;
+  d.base_chunk = options.max_chunk;
   d.large_chunk = options.large_chunk;
   d.lease_ahead_max = options.lease_ahead;
   d.lease_ahead_in_background = options.lease_ahead_background;

@@ -126,6 +126,7 @@ absl::StatusOr<Result> RunDaemon(const Pattern& pattern, uint64_t bytes,
   DaemonSourceOptions d;
   d.socket_path = daemon->socket();
   d.name = "growth bench";
+  d.base_chunk = options.max_chunk;
   d.large_chunk = options.large_chunk;
   d.lease_ahead_max = lease_ahead;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =

@@ -50,7 +50,7 @@ class HandoffTest(unittest.TestCase):
                                r["total_seconds"], places=6)
 
     def test_chunks_of_the_unit(self):
-        self.check(handoff("--bytes=256MiB", "--conf=large_chunk:0"),
+        self.check(handoff("--bytes=256MiB", "--conf=max_chunk:0,large_chunk:0"),
                    256 * MiB, 128)
 
     def test_large_requests_move_in_large_chunks(self):
@@ -61,7 +61,7 @@ class HandoffTest(unittest.TestCase):
 
     def test_a_larger_unit(self):
         self.check(handoff("--bytes=256MiB", "--chunk_size=32MiB",
-                           "--conf=large_chunk:0"), 256 * MiB, 8, 32 * MiB)
+                           "--conf=max_chunk:0,large_chunk:0"), 256 * MiB, 8, 32 * MiB)
 
     def test_bad_size_is_refused(self):
         out = subprocess.run([BIN, "--bytes=lots"], capture_output=True,
