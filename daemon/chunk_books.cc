@@ -554,6 +554,7 @@ ChunkBooks::Released ChunkBooks::Take(Chunk* c) {
   r.size = c->size;
   r.fd = std::move(c->fd);
   r.held_data = c->last_uid != kNoUid;
+  r.uid = c->last_uid;
   d.counts.free.Sub(c->size);
   d.counts.created.Sub(c->size);
   const uint64_t id = c->id;
@@ -651,6 +652,7 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
     r.size = c->size;
     r.fd = std::move(c->fd);
     r.held_data = c->last_uid != kNoUid;
+    r.uid = c->last_uid;
     out.push_back(std::move(r));
   }
   for (Released& r : dropped_) out.push_back(std::move(r));

@@ -214,6 +214,7 @@ class ChunkBooks {
     uint64_t size = 0;
     UniqueFd fd;
     bool held_data = false;  // a session wrote to it since it was fresh
+    int64_t uid = kNoUid;    // the uid of its last holder
   };
   // Takes free chunks of `device` out of the books, up to `bytes` (0: all):
   // those that held data first (they would need zeroing before reuse).

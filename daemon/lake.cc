@@ -493,13 +493,15 @@ void Lake::ReleaseToDriver(std::vector<ChunkBooks::Released> gone) {
     // Zeroed when the daemon creates again, if ever: a job's end gives the
     // card back at the release speed (~19 us a 2 MiB chunk on an H200)
     // instead of paying ~90 us a chunk to map, fill and unmap it first.
-    std::map<int, uint64_t> dirty;
+    std::map<std::pair<int, int64_t>, uint64_t> dirty;
     for (const ChunkBooks::Released& c : gone) {
-      if (c.held_data) dirty[c.device] += c.size;
+      if (c.held_data) dirty[{c.device, c.uid}] += c.size;
     }
     if (!dirty.empty()) {
       MutexLock lock(&mu_);
-      for (const auto& [dev, bytes] : dirty) unzeroed_released_[dev] += bytes;
+      for (const auto& [where, bytes] : dirty) {
+        unzeroed_released_[where.first][where.second] += bytes;
+      }
     }
   } else if (options_.scrub != ScrubPolicy::kNever) {
     // By device and size: one scratch mapping each.
@@ -537,16 +539,47 @@ DeviceHoldings Lake::HoldingsLocked(int device, uint64_t floor_bytes) const {
   return h;
 }
 
+// Takes up to `bytes` from `owed` (uid -> bytes), from the uids `pick`
+// accepts; returns what it took, by uid.
+template <typename Pick>
+static std::map<int64_t, uint64_t> SettleOwed(std::map<int64_t, uint64_t>* owed,
+                                              uint64_t bytes, Pick pick) {
+  std::map<int64_t, uint64_t> took;
+  for (auto it = owed->begin(); it != owed->end() && bytes > 0;) {
+    if (!pick(it->first)) {
+      ++it;
+      continue;
+    }
+    const uint64_t t = std::min(bytes, it->second);
+    took[it->first] = t;
+    bytes -= t;
+    it->second -= t;
+    it = it->second == 0 ? owed->erase(it) : std::next(it);
+  }
+  return took;
+}
+
 absl::Status Lake::ZeroRecreated(
-    int device, uint64_t size, const std::vector<ChunkBooks::MadeChunk>& made) {
+    int device, int64_t uid, uint64_t size,
+    const std::vector<ChunkBooks::MadeChunk>& made) {
   size_t n = 0;
+  std::map<int64_t, uint64_t> zeroing;
   {
     MutexLock lock(&mu_);
     auto it = unzeroed_released_.find(device);
     if (it == unzeroed_released_.end() || size == 0) return absl::OkStatus();
-    n = std::min<uint64_t>(made.size(), (it->second + size - 1) / size);
-    it->second -= std::min<uint64_t>(it->second, n * size);
-    if (it->second == 0) unzeroed_released_.erase(it);
+    const bool any_uid = options_.scrub == ScrubPolicy::kAlways;
+    auto other = [&](int64_t u) { return any_uid || u != uid; };
+    uint64_t others = 0;
+    for (const auto& [u, bytes] : it->second) {
+      if (other(u)) others += bytes;
+    }
+    n = std::min<uint64_t>(made.size(), (others + size - 1) / size);
+    zeroing = SettleOwed(&it->second, n * size, other);
+    // What else came back can have held only this uid's data.
+    SettleOwed(&it->second, (made.size() - n) * size,
+               [&](int64_t u) { return u == uid; });
+    if (it->second.empty()) unzeroed_released_.erase(it);
   }
   if (n == 0) return absl::OkStatus();
   std::vector<ChunkHandle> handles;
@@ -557,7 +590,9 @@ absl::Status Lake::ZeroRecreated(
     zeroed_bytes_ += n * size;
     chunks_scrubbed_ += n;
   } else {
-    unzeroed_released_[device] += n * size;  // still owed
+    for (const auto& [u, bytes] : zeroing) {
+      unzeroed_released_[device][u] += bytes;  // still owed
+    }
   }
   return s;
 }

@@ -471,9 +471,12 @@ class Lake {
   // So they are zeroed first (--zero_on_release), or counted in
   // unzeroed_released_ for ZeroRecreated.
   void ReleaseToDriver(std::vector<ChunkBooks::Released> gone);
-  // Zeroes as many of `made` (new chunks of `size` on `device`) as the
-  // device has bytes released unzeroed (see ReleaseToDriver).
-  absl::Status ZeroRecreated(int device, uint64_t size,
+  // Zeroes as many of `made` (new chunks of `size` on `device`, for `uid`)
+  // as the device has bytes released unzeroed that held other uids' data
+  // (any uid's with --scrub=always; see ReleaseToDriver). The rest of
+  // `made` settles as much of `uid`'s own: memory that comes back holding
+  // only its own data needs no zeroing.
+  absl::Status ZeroRecreated(int device, int64_t uid, uint64_t size,
                              const std::vector<ChunkBooks::MadeChunk>& made)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Releases the adopted chunks that their sessions let go (never zeroed:
@@ -519,9 +522,11 @@ class Lake {
   uint64_t released_idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t trimmed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t zeroed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per device: bytes that held a session's data and went back to the
-  // driver unzeroed; the daemon's next creations zero as much.
-  std::map<int, uint64_t> unzeroed_released_ ABSL_GUARDED_BY(mu_);
+  // Per device, by the uid whose data they held: bytes that went back to
+  // the driver unzeroed; the daemon's next creations for other uids zero
+  // as much.
+  std::map<int, std::map<int64_t, uint64_t>> unzeroed_released_
+      ABSL_GUARDED_BY(mu_);
   uint64_t reclaimed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;

@@ -68,7 +68,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   }
   // New chunks may be memory the daemon released unzeroed.
   if (scrubbed.ok() && created.ok()) {
-    scrubbed = ZeroRecreated(r.device, r.chunk_bytes, made);
+    scrubbed = ZeroRecreated(r.device, r.uid, r.chunk_bytes, made);
   }
   // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
   // when the daemon is out of descriptors, that is the cause to name.

@@ -63,17 +63,42 @@ TEST(LakeRelease, FreeChunksGoBackOnceIdleLeasedOnesStay) {
   // pays no zeroing.
   EXPECT_EQ(st.zeroed_bytes(), 0u);
 
-  // The room they left is there to lease again; the driver may hand the
-  // same memory back, so as many new chunks as went unzeroed are zeroed.
+  // The room they left is there to lease again. The driver may hand the
+  // same memory back; to uid 1000, whose data it held, as it is.
   g = lake->Lease(a.id, a.token, 0, 14);
   ASSERT_TRUE(g.ok()) << g.status();
   st = lake.Status();
   EXPECT_EQ(st.devices(0).created_chunks(), 16u);
-  EXPECT_EQ(st.zeroed_bytes(), 4 * kChunk);
-  // And no more after that: the debt is paid.
+  EXPECT_EQ(st.zeroed_bytes(), 0u);
+  // Those creations took the memory released: another uid's new chunks
+  // owe nothing after them.
   ASSERT_TRUE(lake->Return(a.id, a.token, g->chunk_ids).ok());
   EXPECT_EQ(lake->Trim(0, 0).second, 14u);
-  EXPECT_EQ(lake.Status().zeroed_bytes(), 4 * kChunk);
+  SessionTicket b = lake.Open(2000, "other");
+  ASSERT_TRUE(lake->Lease(b.id, b.token, 0, 14).ok());
+  // The 14 trimmed held uid 1000's data: b's 14 new chunks are zeroed.
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 14 * kChunk);
+}
+
+TEST(LakeRelease, MemoryReleasedUnzeroedIsZeroedForAnotherUidOnly) {
+  // A trainer and an inference engine of one user take turns, and the
+  // lake recycles one's free chunks into the other's sizes: zeroing those
+  // (a map, fill and unmap per chunk) protects no one. Another uid's new
+  // chunks are zeroed as before.
+  TestLake lake(WithRelease(TestLakeOptions(16), absl::Seconds(60)));
+  SessionTicket a = lake.Open(1000);
+  SessionTicket a2 = lake.Open(1000, "same user");
+  SessionTicket b = lake.Open(2000, "other user");
+  absl::StatusOr<LeaseGrant> g = lake->Lease(a.id, a.token, 0, 8);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(lake->Return(a.id, a.token, g->chunk_ids).ok());
+  EXPECT_EQ(lake->Trim(0, 0).second, 8u);
+  // The same uid: nothing zeroed, and the debt is settled by as much.
+  ASSERT_TRUE(lake->Lease(a2.id, a2.token, 0, 5).ok());
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 0u);
+  // Another uid: the 3 chunks still owed.
+  ASSERT_TRUE(lake->Lease(b.id, b.token, 0, 5).ok());
+  EXPECT_EQ(lake.Status().zeroed_bytes(), 3 * kChunk);
 }
 
 TEST(LakeRelease, ZeroOnReleaseZeroesBeforeTheyGo) {
