@@ -56,18 +56,23 @@ std::unique_ptr<ChunkSource> WithEmbeddedWhereUnserved(
 
 }  // namespace
 
-absl::StatusOr<OpenedChunkSource> OpenChunkSource(
-    const AllocatorOptions& options) {
-  if (options.lake == "embedded") return OpenEmbedded(options, "");
+DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options) {
   DaemonSourceOptions d;
   d.socket_path = options.socket;
-  const char* name = std::getenv("GMLAKE_NAME");
-  d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
   d.idle_watermark_bytes = options.idle_watermark;
   d.base_chunk = options.max_chunk;
   d.large_chunk = options.large_chunk;
   d.lease_ahead_max = options.lease_ahead;
   d.lease_ahead_in_background = options.lease_ahead_background;
+  return d;
+}
+
+absl::StatusOr<OpenedChunkSource> OpenChunkSource(
+    const AllocatorOptions& options) {
+  if (options.lake == "embedded") return OpenEmbedded(options, "");
+  DaemonSourceOptions d = DaemonSourceOptionsFor(options);
+  const char* name = std::getenv("GMLAKE_NAME");
+  d.name = name != nullptr ? name : absl::StrCat("pid ", getpid());
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> daemon =
       DaemonChunkSource::Connect(d);
   if (!daemon.ok()) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/chunk_source.h"
+#include "client/daemon_chunk_source.h"
 #include "client/options.h"
 
 namespace gmlake {
@@ -28,6 +29,13 @@ struct OpenedChunkSource {
 // falls back to the embedded lake and says why in `description`.
 absl::StatusOr<OpenedChunkSource> OpenChunkSource(
     const AllocatorOptions& options);
+
+// What a DaemonChunkSource for an allocator of `options` is told: its
+// socket, and the chunk sizes, leasing ahead and idle watermark the
+// allocator's options give, so that every process leasing for an
+// allocator (a program, a benchmark's client) cuts its leases alike. The
+// name is left to the caller.
+DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options);
 
 }  // namespace gmlake
 

@@ -28,6 +28,7 @@
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "client/embedded_lake.h"
+#include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/bytes.h"
 #include "common/vmm.h"
@@ -123,11 +124,9 @@ absl::StatusOr<Result> RunDaemon(const Pattern& pattern, uint64_t bytes,
                                  const AllocatorOptions& options,
                                  DaemonProcess* daemon, uint64_t lease_ahead) {
   Result r;
-  DaemonSourceOptions d;
+  DaemonSourceOptions d = DaemonSourceOptionsFor(options);
   d.socket_path = daemon->socket();
   d.name = "growth bench";
-  d.base_chunk = options.max_chunk;
-  d.large_chunk = options.large_chunk;
   d.lease_ahead_max = lease_ahead;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(d);

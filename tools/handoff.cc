@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
+#include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/bytes.h"
 #include "nlohmann/json.hpp"
@@ -82,10 +83,9 @@ int HandoffHolderMain(const std::string& socket, uint64_t bytes,
   };
   absl::StatusOr<AllocatorOptions> options = ParseConf(conf);
   if (!options.ok()) return fail(options.status().message());
-  DaemonSourceOptions d;
+  DaemonSourceOptions d = DaemonSourceOptionsFor(*options);
   d.socket_path = socket;
   d.name = "handoff holder";
-  d.large_chunk = options->large_chunk;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return fail(source.status().message());
@@ -133,10 +133,9 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
 
   absl::StatusOr<AllocatorOptions> options = ParseConf(config.conf);
   if (!options.ok()) return options.status();
-  DaemonSourceOptions d;
+  DaemonSourceOptions d = DaemonSourceOptionsFor(*options);
   d.socket_path = (*daemon)->socket();
   d.name = "handoff taker";
-  d.large_chunk = options->large_chunk;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return source.status();

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
+#include "client/open_chunk_source.h"
 #include "client/options.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
@@ -125,10 +126,9 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
   if (!trace.ok()) return fail(std::string(trace.status().message()));
   absl::StatusOr<AllocatorOptions> options = ParseConf(conf);
   if (!options.ok()) return fail(std::string(options.status().message()));
-  DaemonSourceOptions d;
+  DaemonSourceOptions d = DaemonSourceOptionsFor(*options);
   d.socket_path = socket;
   d.name = absl::StrCat("replay ", trace->name);
-  d.lease_ahead_max = options->lease_ahead;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> source =
       DaemonChunkSource::Connect(d);
   if (!source.ok()) return fail(std::string(source.status().message()));
