@@ -482,6 +482,11 @@ absl::StatusOr<std::vector<ChunkHandle>> ChunkBooks::Pin(
   return handles;
 }
 
+UniqueFd ChunkBooks::TakeCreationFd(uint64_t id) {
+  Chunk* c = Find(id);
+  return c != nullptr ? std::move(c->fd) : UniqueFd();
+}
+
 void ChunkBooks::Unpin(absl::Span<const uint64_t> ids) {
   for (uint64_t id : ids) {
     if (Chunk* c = Find(id); c != nullptr && c->pins > 0) --c->pins;

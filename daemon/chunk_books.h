@@ -181,6 +181,10 @@ class ChunkBooks {
   // when out of descriptors.
   absl::StatusOr<std::vector<UniqueFd>> DupFds(
       uint64_t session, absl::Span<const uint64_t> ids) const;
+  // With exports on demand: the descriptor a chunk made for a lease kept
+  // from its creation (invalid once taken, or for any other chunk). Its
+  // first delivery sends it instead of exporting again.
+  UniqueFd TakeCreationFd(uint64_t id);
   // For exporting without the lock: the handles of `ids` (all leased to
   // `session`, else FailedPrecondition), pinned so that no trim or release
   // takes them until Unpin, even if they are returned meanwhile.

@@ -133,7 +133,8 @@ absl::Status Lake::Precreate() {
     const uint64_t n = c.precreate_bytes / c.chunk_size;
     if (n == 0) continue;
     std::vector<ChunkBooks::MadeChunk> made;
-    absl::Status s = CreateChunks(static_cast<int>(i), n, c.chunk_size, &made);
+    absl::Status s = CreateChunks(static_cast<int>(i), n, c.chunk_size,
+                                  /*for_delivery=*/false, &made);
     if (!s.ok() && OutOfDescriptors(CurrentFdUsage())) {
       s = absl::ResourceExhaustedError(absl::StrCat(
           DescribeOutOfDescriptors(CurrentFdUsage()), " (", s.message(), ")"));

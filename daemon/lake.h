@@ -493,8 +493,13 @@ class Lake {
   // Zeroes chunks of `size` bytes each through a scratch mapping.
   absl::Status Scrub(int device, uint64_t size,
                      absl::Span<const ChunkHandle> handles);
-  // Creates and exports `n` chunks of `size` bytes on `device`.
+  // Creates and exports `n` chunks of `size` bytes on `device`. With
+  // export on demand the export is kept only `for_delivery` (a lease's
+  // chunks, whose claim sends it: ChunkBooks::TakeCreationFd); chunks made
+  // ahead of time keep none, so the daemon's descriptors do not grow with
+  // the lake.
   absl::Status CreateChunks(int device, uint64_t n, uint64_t size,
+                            bool for_delivery,
                             std::vector<ChunkBooks::MadeChunk>* out);
 
   VmmBackend* const backend_;

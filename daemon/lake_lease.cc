@@ -64,7 +64,8 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   std::vector<ChunkBooks::MadeChunk> made;
   absl::Status created = absl::OkStatus();
   if (scrubbed.ok()) {
-    created = CreateChunks(r.device, r.to_create, r.chunk_bytes, &made);
+    created = CreateChunks(r.device, r.to_create, r.chunk_bytes,
+                           /*for_delivery=*/true, &made);
   }
   // New chunks may be memory the daemon released unzeroed.
   if (scrubbed.ok() && created.ok()) {
@@ -611,16 +612,27 @@ absl::StatusOr<std::vector<UniqueFd>> Lake::DupChunkFds(
   // Pinned, so that a Return and a trim or release meanwhile cannot release
   // a handle under its export; exported without the lock.
   absl::StatusOr<std::vector<ChunkHandle>> handles;
+  std::vector<UniqueFd> made_fds(chunk_ids.size());
   {
     MutexLock lock(&mu_);
     handles = books_.Pin(session, chunk_ids);
+    if (handles.ok()) {
+      for (size_t i = 0; i < chunk_ids.size(); ++i) {
+        made_fds[i] = books_.TakeCreationFd(chunk_ids[i]);
+      }
+    }
   }
   if (!handles.ok()) return handles.status();
   std::vector<UniqueFd> fds;
   fds.reserve(handles->size());
   absl::Status exported = absl::OkStatus();
-  for (ChunkHandle h : *handles) {
-    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk(h);
+  for (size_t i = 0; i < handles->size(); ++i) {
+    // Made for this lease: its creation's export, once.
+    if (made_fds[i].valid()) {
+      fds.push_back(std::move(made_fds[i]));
+      continue;
+    }
+    absl::StatusOr<UniqueFd> fd = backend_->ExportChunk((*handles)[i]);
     if (!fd.ok()) {
       exported = fd.status();
       break;
@@ -702,6 +714,7 @@ absl::Status Lake::Scrub(int device, uint64_t size,
 }
 
 absl::Status Lake::CreateChunks(int device, uint64_t n, uint64_t size,
+                                bool for_delivery,
                                 std::vector<ChunkBooks::MadeChunk>* out) {
   for (uint64_t i = 0; i < n; ++i) {
     absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
@@ -713,8 +726,9 @@ absl::Status Lake::CreateChunks(int device, uint64_t n, uint64_t size,
     }
     const ChunkIdentity identity = IdentifyDescriptor(fd->get());
     // With export on demand this first export (the costly one on a GPU)
-    // only proves the chunk can be shared, and is closed here.
-    if (options_.export_on_demand) fd->Reset();
+    // proves the chunk can be shared, and goes to the lease's claim; made
+    // ahead of time, it is closed here.
+    if (options_.export_on_demand && !for_delivery) fd->Reset();
     out->push_back({*h, *std::move(fd), identity});
   }
   return absl::OkStatus();

@@ -53,6 +53,7 @@ class TestLake {
   }
 
   Lake* operator->() { return lake_.get(); }
+  VmmBackend* backend() { return backend_.get(); }
   Lake& lake() { return *lake_; }
 
   // Opens and binds a session of this process as `uid`.
