@@ -11,13 +11,18 @@
 #      time, tests/gpu/with_stats.py), native and GMLake embedded.
 # Needs the bundles (tests/gpu/build_bundle.sh //tools:gmlake-growth-bench
 # //daemon:gmlaked; tests/gpu/bundle_python.sh). Lines: GROWTH/FIRST/INFER.
+# PARTS picks the parts ("bench first infer"; the wheel alone does for
+# "first infer").
 set -uo pipefail
+PARTS="${PARTS:-bench first infer}"
+has() { [[ " ${PARTS} " == *" $1 "* ]]; }
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-growth.XXXXXX)}"
 export PYTHONUNBUFFERED=1
 here="$(cd "$(dirname "$0")" && pwd)"
 source "${here}/wheel_venv.sh"
 REPS="${REPS:-3}"
 sock="$(mktemp -d /tmp/gmlake-sock.XXXXXX)"
+if has bench; then
 LD_LIBRARY_PATH="${PWD}/.gpu/lib" .gpu/bin/gmlake-growth-bench --backend=cuda \
   --bytes=8GiB --reps=2 --gmlaked="${PWD}/.gpu/bin/gmlaked" \
   --conf=lease_ahead_background:false --json > "${OUT}/growth_off.json" 2>/dev/null
@@ -26,6 +31,8 @@ LD_LIBRARY_PATH="${PWD}/.gpu/lib" .gpu/bin/gmlake-growth-bench --backend=cuda \
 for f in off on; do
   python3 -c "import json,sys; [print('GROWTH', sys.argv[2], r['pattern'], r['lake'], round(r['seconds'],3), round(r['x_embedded'],2), r['lease_calls']) for r in json.load(open(sys.argv[1]))['runs']]" "${OUT}/growth_${f}.json" "$f"
 done
+fi
+if has first; then
 "${GMLAKE_BIN}/gmlaked" --socket="${sock}/g.sock" --fd_socket="${sock}/fd.sock" > "${OUT}/gmlaked.log" 2>&1 &
 daemon=$!
 for _ in $(seq 1 100); do [[ -S "${sock}/g.sock" ]] && break; sleep 0.1; done
@@ -42,6 +49,8 @@ for rep in $(seq 1 "${REPS}"); do
   first gmlaked_fg GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock,lease_ahead_background:false" "${GMLAKE_BIN}/gmlake" run --
 done
 kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
+fi
+has infer || exit 0
 infer() {
   local label="$1"; shift
   local t0=$SECONDS

@@ -15,6 +15,13 @@ test_cuda.py as conftest.py. It does two things:
   _setup_mempool_limited_memory_test and its teardown (natively:
   test_deleted_mempool_not_used_on_oom) leaves the process capped at what
   it held plus 80 MB, and every later test runs out of memory for it.
+- Starts each test with what failed before it let go (natively and under
+  GMLake alike): pytest keeps a failed test's traceback (sys.last_*), and
+  with it the test's frames, so a CUDA graph it made stays alive into the
+  next test, and TestBlockStateAbsorption's tearDown, which compares the
+  graph segments with those at setUp, fails that next test too (H200 run
+  4: test_allocate_in_thread_to_pool failing took
+  test_allocated_in_middle_of_segment with it).
 - Lets a test_cuda.py a little newer than the installed torch import: a name
   it imports from torch.testing._internal that this torch lacks becomes
   False (flags such as PLATFORM_SUPPORTS_...) or a decorator that skips the
@@ -153,7 +160,15 @@ def pytest_runtest_logreport(report):
 
 @pytest.fixture(autouse=True)
 def _memory_fraction_put_back():
+    import gc
     import torch.cuda
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
     before = (torch.cuda.get_per_process_memory_fraction()
               if torch.cuda.is_initialized() else 1.0)
     yield
