@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "client/chunk_cover.h"
 #include "client/stitch_policy.h"
 #include "common/bytes.h"
@@ -946,8 +947,11 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
       }
     }
     absl::StatusOr<std::vector<SizedChunk>> more;
+    int64_t acquire_nanos = 0;
     if (status.ok() && missing != 0) {
+      const absl::Time acquire_start = absl::Now();
       more = source_->AcquireBytes(device_, missing);
+      acquire_nanos = absl::ToInt64Nanoseconds(absl::Now() - acquire_start);
       // Refused while growing rather than stitching: stitch next time.
       if (!more.ok() && grow) lake_refused = true;
       if (more.ok()) {
@@ -969,6 +973,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     // it is mapped below, or kept unmapped.
     const uint64_t acquired = (missing != 0 && more.ok()) ? missing : 0;
     in_transit_bytes_ -= PagesOf(chunks, page_size_) * page_size_ - acquired;
+    stats_.acquire_us += acquire_nanos / 1000;
     if (acquired != 0) {
       stats_.chunks_acquired += static_cast<int64_t>(more->size());
       // Counted in the large pool until mapped in the small arena.

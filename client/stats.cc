@@ -78,6 +78,7 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   reclaim_asked_bytes += o.reclaim_asked_bytes;
   reclaim_returned_bytes += o.reclaim_returned_bytes;
   remade_bytes += o.remade_bytes;
+  acquire_us += o.acquire_us;
   dormant_chunks += o.dormant_chunks;
   reactivations += o.reactivations;
   covers += o.covers;
@@ -131,6 +132,7 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.chunks_stolen\":", chunks_stolen,
       ",\"gmlake.chunks_acquired\":", chunks_acquired,
       ",\"gmlake.chunks_returned\":", chunks_returned,
+      ",\"gmlake.acquire_us\":", acquire_us,
       ",\"gmlake.cross_stream_reuses\":", cross_stream_reuses,
       ",\"gmlake.host_waits\":", host_waits,
       ",\"gmlake.reclaim_waits\":", reclaim_waits,
@@ -146,6 +148,12 @@ std::string AllocatorStats::ToJson() const {
     absl::StrAppend(&out, ",\"gmlake.driver_calls.",
                     VmmCallName(static_cast<VmmCall>(i)),
                     "\":", driver_calls.count[i]);
+  }
+  // Wall time in each kind of call, from every thread of the process.
+  for (int i = 0; i < kNumVmmCalls; ++i) {
+    absl::StrAppend(&out, ",\"gmlake.driver_time_us.",
+                    VmmCallName(static_cast<VmmCall>(i)),
+                    "\":", driver_calls.nanos[i] / 1000);
   }
   absl::StrAppend(
       &out, ",\"gmlake.driver_calls.total\":", driver_calls.MemoryCalls(),

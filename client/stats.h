@@ -80,6 +80,9 @@ struct AllocatorStats {
   int64_t chunks_stolen = 0;    // pages moved from free blocks into stitches
   int64_t chunks_acquired = 0;  // chunks taken from the lake
   int64_t chunks_returned = 0;  // chunks given back to the lake
+  // Time malloc spent waiting for the lake's chunks (AcquireBytes: the
+  // embedded lake's creates, or gmlaked's lease, claim and imports), us.
+  int64_t acquire_us = 0;
   int64_t cross_stream_reuses = 0;
   // Times malloc or free blocked the calling thread until GPU work finished
   // (an event or stream synchronisation). The design keeps this at 0 for a

@@ -6,7 +6,8 @@ after CUDA starts. Run it under each lake in turn (tests/gpu/growth_compare.sh):
   python3 tests/gpu/first_steps.py            # native
   GMLAKE_CONF=lake:embedded gmlake run -- python3 tests/gpu/first_steps.py
 
-Prints FIRST_STEPS {json}: seconds, peak allocated and reserved GiB.
+Prints FIRST_STEPS {json}: seconds, peak allocated and reserved GiB; under
+GMLake also GMLAKE_STATS {json}, its own counters.
 """
 import json
 import time
@@ -36,3 +37,11 @@ st = torch.cuda.memory_stats()
 print("FIRST_STEPS", json.dumps(dict(seconds=round(seconds, 3),
       peak_allocated_gib=round(st.get("allocated_bytes.all.peak", 0) / 2**30, 3),
       peak_reserved_gib=round(st.get("reserved_bytes.all.peak", 0) / 2**30, 3))), flush=True)
+# Under GMLake: where the growth's time went (driver calls by kind, time in
+# the lake's acquires), for diagnosis.
+try:
+    import gmlake
+    gs = gmlake.memory_stats()
+    print("GMLAKE_STATS", json.dumps({k: v for k, v in gs.items() if k.startswith("gmlake.")}), flush=True)
+except Exception:  # native PyTorch: no GMLake here
+    pass
