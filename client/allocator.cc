@@ -198,8 +198,14 @@ absl::StatusOr<double> Allocator::MemoryFraction(int device) const {
 }
 
 void Allocator::RecordHistory(size_t max_entries, StackKind stacks,
-                              bool clear) {
-  for (auto& d : devices_) d->trace().Configure(max_entries, stacks, clear);
+                              HistoryContext context, bool clear) {
+  for (auto& d : devices_) {
+    d->trace().Configure(max_entries, stacks, context, clear);
+  }
+}
+
+void Allocator::SetHistoryMetadata(const std::string& metadata) {
+  for (auto& d : devices_) d->trace().SetUserMetadata(metadata);
 }
 
 std::string Allocator::SnapshotJson() const {

@@ -67,8 +67,13 @@ class Allocator {
   void ResetPeaks(int device = -1);
   void ResetAccumulated(int device = -1);
   // Records each device's history (trace_recorder.h) from now on: the last
-  // `max_entries` events (0: stop), with stacks of `stacks` kind.
-  void RecordHistory(size_t max_entries, StackKind stacks, bool clear);
+  // `max_entries` events (0: stop), with stacks of `stacks` kind on the
+  // events `context` says.
+  void RecordHistory(size_t max_entries, StackKind stacks,
+                     HistoryContext context, bool clear);
+  // The "user_metadata" of every event recorded from now on, on every
+  // device (torch.cuda.memory._set_memory_metadata).
+  void SetHistoryMetadata(const std::string& metadata);
   // torch.cuda.memory._snapshot()-shaped JSON: {"segments": [...],
   // "device_traces": [[...], ...]} (one trace per device).
   std::string SnapshotJson() const;

@@ -372,7 +372,8 @@ TEST_F(AllocatorTest, MemoryFractionIsACapacityOfTheDevicesMemory) {
 // blocks in them are handed out, unmapped only when free, frees completed.
 TEST_F(AllocatorTest, HistoryRecordsAllocsFreesMappingsAndOoms) {
   Make(8 * kChunk);
-  allocator_->RecordHistory(1000, StackKind::kAll, /*clear=*/true);
+  allocator_->RecordHistory(1000, StackKind::kAll, HistoryContext::kAll,
+                            /*clear=*/true);
   std::vector<DevicePtr> p;
   for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/7));
   for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
@@ -407,17 +408,61 @@ TEST_F(AllocatorTest, HistoryRecordsAllocsFreesMappingsAndOoms) {
   ASSERT_TRUE(allocator_->Free(big).ok());
 
   // A ring of the last entries; off again costs nothing and records nothing.
-  allocator_->RecordHistory(3, StackKind::kNone, /*clear=*/false);
+  allocator_->RecordHistory(3, StackKind::kNone, HistoryContext::kAll,
+                            /*clear=*/false);
   const nlohmann::json last =
       nlohmann::json::parse(allocator_->SnapshotJson())["device_traces"][0];
   ASSERT_EQ(last.size(), 3u);
   EXPECT_EQ(last.back()["action"], "free_completed");
   EXPECT_EQ(last.back()["addr"], big);
-  allocator_->RecordHistory(0, StackKind::kNone, /*clear=*/true);
+  allocator_->RecordHistory(0, StackKind::kNone, HistoryContext::kAll,
+                            /*clear=*/true);
   MustMalloc(kChunk, 7);
   EXPECT_TRUE(
       nlohmann::json::parse(allocator_->SnapshotJson())["device_traces"][0]
           .empty());
+}
+
+// PyTorch's context argument: which events carry their stack ("alloc": the
+// allocations and what they map, "all": the frees too, "state": none in the
+// history); and _set_memory_metadata's string on every event recorded while
+// it is set.
+TEST_F(AllocatorTest, HistoryContextPicksWhichEventsCarryStacks) {
+  Make(8 * kChunk);
+  struct Case {
+    HistoryContext context;
+    bool alloc_frames, free_frames;
+  };
+  for (const Case& c : {Case{HistoryContext::kAlloc, true, false},
+                        Case{HistoryContext::kAll, true, true},
+                        Case{HistoryContext::kState, false, false}}) {
+    allocator_->RecordHistory(1000, StackKind::kAll, c.context,
+                              /*clear=*/true);
+    allocator_->SetHistoryMetadata("step 7");
+    DevicePtr p = MustMalloc(kChunk, 7);
+    allocator_->SetHistoryMetadata("");
+    ASSERT_TRUE(allocator_->Free(p).ok());
+    const nlohmann::json trace =
+        nlohmann::json::parse(allocator_->SnapshotJson())["device_traces"][0];
+    int allocs = 0, frees = 0;
+    for (const auto& e : trace) {
+      const std::string action = e["action"];
+      if (action == "alloc" || action == "segment_map") {
+        ++allocs;
+        EXPECT_EQ(!e["frames"].empty(), c.alloc_frames) << e;
+        EXPECT_EQ(e["user_metadata"], "step 7") << e;
+      }
+      if (action == "free_requested" || action == "free_completed") {
+        ++frees;
+        EXPECT_EQ(!e["frames"].empty(), c.free_frames) << e;
+        EXPECT_EQ(e["user_metadata"], "") << e;
+      }
+    }
+    EXPECT_GE(allocs, 1);
+    EXPECT_EQ(frees, 2);
+  }
+  allocator_->RecordHistory(0, StackKind::kNone, HistoryContext::kNone,
+                            /*clear=*/true);
 }
 
 // Random mallocs and frees on several streams, under a capacity that forces

@@ -473,8 +473,9 @@ TEST(CApiTest, PyTorchHooksRecordStreamEmptyCacheAndFraction) {
   EXPECT_NE(std::string(gmlake_last_error()).find("not in [0, 1]"),
             std::string::npos);
 
-  EXPECT_EQ(gmlake_record_history(10, 3, 0), -1);
-  ASSERT_EQ(gmlake_record_history(10, 0, 1), 0);
+  EXPECT_EQ(gmlake_record_history(10, 3, 3, 0), -1);
+  EXPECT_EQ(gmlake_record_history(10, 0, 4, 0), -1);
+  ASSERT_EQ(gmlake_record_history(10, 0, 3, 1), 0);
   void* q = gmlake_malloc(4096, 0, 0);
   char* snap = gmlake_snapshot_json();
   EXPECT_NE(std::string(snap).find("\"action\":\"alloc\""), std::string::npos)

@@ -86,7 +86,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
                                                   StreamHandle stream) {
   if (size == 0) return DevicePtr{0};
   const size_t rounded = RoundUp(size, kRound);
-  TraceRecorder::CallScope call(&trace_);
+  TraceRecorder::CallScope call(&trace_, CallKind::kAllocates);
   MutexLock lock(&mu_);
   // Querying events is illegal while a stream is captured.
   if (!pending_.empty() && !capturing()) ProcessPending();
@@ -179,7 +179,7 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
 }
 
 absl::Status DeviceAllocator::Free(DevicePtr ptr) {
-  TraceRecorder::CallScope call(&trace_);
+  TraceRecorder::CallScope call(&trace_, CallKind::kFrees);
   MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
@@ -1420,7 +1420,7 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
 // --- Giving memory back -----------------------------------------------------
 
 uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
-  TraceRecorder::CallScope call(&trace_);
+  TraceRecorder::CallScope call(&trace_, CallKind::kFrees);
   MutexLock lock(&mu_);
   const uint64_t given = ReleaseFree(bytes, &AllocatorStats::reclaim_waits);
   ++stats_.reclaims;
@@ -1430,7 +1430,7 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
 }
 
 uint64_t DeviceAllocator::EmptyCache() {
-  TraceRecorder::CallScope call(&trace_);
+  TraceRecorder::CallScope call(&trace_, CallKind::kFrees);
   MutexLock lock(&mu_);
   return ReleaseFree(~uint64_t{0}, &AllocatorStats::reclaim_waits);
 }

@@ -111,7 +111,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::MallocAt(MempoolId id,
         addr, size));
   }
   const size_t rounded = (size + kGrain - 1) / kGrain * kGrain;
-  TraceRecorder::CallScope call(&trace_);
+  TraceRecorder::CallScope call(&trace_, CallKind::kAllocates);
   MutexLock lock(&mu_);
   std::optional<uint32_t> tag = mempools_.TagOf(id);
   if (!tag.has_value()) {

@@ -64,9 +64,16 @@ int gmlake_reset_accumulated(int device);
 
 /* Records the allocator's history for PyTorch's memory_viz: the last
  * `max_entries` events of each device (0: stop) with stacks of `stacks`
- * kind (0: none, 1: Python frames, 2: Python and C++ frames); `clear` drops
- * what was recorded. The snapshot's "device_traces" holds them. */
-int gmlake_record_history(uint64_t max_entries, int stacks, int clear);
+ * kind (0: none, 1: Python frames, 2: Python and C++ frames) on the events
+ * `context` says (PyTorch's context: 0 none, 1 "state": none in the
+ * history, 2 "alloc": allocations, 3 "all": allocations and frees);
+ * `clear` drops what was recorded. The snapshot's "device_traces" holds
+ * them. */
+int gmlake_record_history(uint64_t max_entries, int stacks, int context,
+                          int clear);
+/* The "user_metadata" string of every history event recorded from now on
+ * (torch.cuda.memory._set_memory_metadata; "" for none). */
+int gmlake_set_history_metadata(const char* metadata);
 
 /* JSON, to be released with gmlake_free_string. Stats use PyTorch's keys
  * ("allocated_bytes.all.current", ...) plus "gmlake.*"; device -1: all.

@@ -536,15 +536,28 @@ int gmlake_reset_accumulated(int device) {
   return 0;
 }
 
-int gmlake_record_history(uint64_t max_entries, int stacks, int clear) {
+int gmlake_record_history(uint64_t max_entries, int stacks, int context,
+                          int clear) {
   gmlake::Allocator* a = Get();
   if (a == nullptr) return -1;
   if (stacks < 0 || stacks > 2) {
     return Fail(absl::InvalidArgumentError(
         "stacks must be 0 (none), 1 (Python) or 2 (Python and C++)"));
   }
+  if (context < 0 || context > 3) {
+    return Fail(absl::InvalidArgumentError(
+        "context must be 0 (none), 1 (state), 2 (alloc) or 3 (all)"));
+  }
   a->RecordHistory(static_cast<size_t>(max_entries),
-                   static_cast<gmlake::StackKind>(stacks), clear != 0);
+                   static_cast<gmlake::StackKind>(stacks),
+                   static_cast<gmlake::HistoryContext>(context), clear != 0);
+  return 0;
+}
+
+int gmlake_set_history_metadata(const char* metadata) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  a->SetHistoryMetadata(metadata == nullptr ? "" : metadata);
   return 0;
 }
 

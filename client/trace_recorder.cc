@@ -63,12 +63,19 @@ namespace {
 thread_local uint32_t current_stack = StackCapture::kNoStack;
 }  // namespace
 
-TraceRecorder::CallScope::CallScope(TraceRecorder* recorder) {
+TraceRecorder::CallScope::CallScope(TraceRecorder* recorder, CallKind kind) {
   if (!recorder->on()) return;
   active_ = true;
   outer_ = current_stack;
-  current_stack = recorder->capture_.Capture(
-      recorder->stacks_.load(std::memory_order_relaxed));
+  const HistoryContext context =
+      recorder->context_.load(std::memory_order_relaxed);
+  const bool wanted =
+      context == HistoryContext::kAll ||
+      (context == HistoryContext::kAlloc && kind == CallKind::kAllocates);
+  // No stack wanted: none captured either (the GIL and a walk saved).
+  current_stack = wanted ? recorder->capture_.Capture(recorder->stacks_.load(
+                               std::memory_order_relaxed))
+                         : StackCapture::kNoStack;
 }
 
 TraceRecorder::CallScope::~CallScope() {
@@ -76,7 +83,7 @@ TraceRecorder::CallScope::~CallScope() {
 }
 
 void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
-                              bool clear) {
+                              HistoryContext context, bool clear) {
   MutexLock lock(&mu_);
   std::vector<TraceEntry> kept;
   if (!clear) kept = EntriesLocked();
@@ -87,7 +94,15 @@ void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
   next_ = 0;
   max_entries_ = max_entries;
   stacks_.store(stacks, std::memory_order_relaxed);
+  context_.store(context, std::memory_order_relaxed);
   on_.store(max_entries != 0, std::memory_order_relaxed);
+}
+
+void TraceRecorder::SetUserMetadata(const std::string& metadata) {
+  MutexLock lock(&mu_);
+  auto it = std::find(metadata_.begin(), metadata_.end(), metadata);
+  if (it == metadata_.end()) it = metadata_.insert(metadata_.end(), metadata);
+  current_metadata_ = static_cast<uint32_t>(it - metadata_.begin());
 }
 
 void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
@@ -102,6 +117,7 @@ void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
   e.time_us = absl::ToUnixMicros(absl::Now());
   e.device_free = device_free;
   e.stack = current_stack;
+  e.user_metadata = current_metadata_;
   if (ring_.size() < max_entries_) {
     ring_.push_back(e);
   } else {
@@ -126,10 +142,11 @@ std::string TraceRecorder::ToJson() const {
   std::string out = "[";
   bool first = true;
   for (const TraceEntry& e : EntriesLocked()) {
-    absl::StrAppend(&out, first ? "" : ",", "{\"action\":\"",
-                    TraceActionName(e.action), "\",\"addr\":", e.addr,
-                    ",\"size\":", e.size, ",\"stream\":", e.stream,
-                    ",\"time_us\":", e.time_us);
+    absl::StrAppend(
+        &out, first ? "" : ",", "{\"action\":\"", TraceActionName(e.action),
+        "\",\"addr\":", e.addr, ",\"size\":", e.size, ",\"stream\":", e.stream,
+        ",\"time_us\":", e.time_us,
+        ",\"user_metadata\":", JsonString(metadata_[e.user_metadata]));
     if (e.action == TraceAction::kOom) {
       absl::StrAppend(&out, ",\"device_free\":", e.device_free);
     }

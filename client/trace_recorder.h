@@ -40,6 +40,19 @@ enum class TraceAction : uint8_t {
 
 const char* TraceActionName(TraceAction action);
 
+// Which events carry their call's stack: PyTorch's
+// _record_memory_history(context=...).
+enum class HistoryContext : uint8_t {
+  kNone,   // none
+  kState,  // none in the history (PyTorch keeps them for live blocks)
+  kAlloc,  // allocations (and what they map)
+  kAll,    // allocations and frees
+};
+
+// Whether the entry point is an allocation or gives memory back (a free,
+// a reclaim, empty_cache).
+enum class CallKind : uint8_t { kAllocates, kFrees };
+
 struct TraceEntry {
   TraceAction action = TraceAction::kAlloc;
   DevicePtr addr = 0;
@@ -48,6 +61,7 @@ struct TraceEntry {
   int64_t time_us = 0;       // microseconds since the epoch
   uint64_t device_free = 0;  // kOom: what the lake could still give
   uint32_t stack = StackCapture::kNoStack;
+  uint32_t user_metadata = 0;  // TraceRecorder's string of that index
 };
 
 class TraceRecorder {
@@ -56,7 +70,7 @@ class TraceRecorder {
   // the scope lives. Only at an entry point, with no allocator lock held.
   class CallScope {
    public:
-    explicit CallScope(TraceRecorder* recorder);
+    CallScope(TraceRecorder* recorder, CallKind kind);
     ~CallScope();
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
@@ -67,8 +81,13 @@ class TraceRecorder {
   };
 
   // Starts recording the last `max_entries` events (0 stops), with stacks
-  // of `stacks` kind; `clear` drops what was recorded so far.
-  void Configure(size_t max_entries, StackKind stacks, bool clear);
+  // of `stacks` kind on the events `context` says; `clear` drops what was
+  // recorded so far.
+  void Configure(size_t max_entries, StackKind stacks, HistoryContext context,
+                 bool clear);
+  // The string that every event recorded from now on carries as its
+  // "user_metadata" (torch.cuda.memory._set_memory_metadata; "" for none).
+  void SetUserMetadata(const std::string& metadata);
   bool on() const { return on_.load(std::memory_order_relaxed); }
 
   void Record(TraceAction action, DevicePtr addr, uint64_t size,
@@ -76,7 +95,7 @@ class TraceRecorder {
 
   // The events, oldest first, as a JSON array of PyTorch's TraceEntry
   // objects ({"action", "addr", "size", "stream", "time_us", "frames",
-  // "device_free" for an oom}).
+  // "user_metadata", "device_free" for an oom}).
   std::string ToJson() const;
   // The events, oldest first.
   std::vector<TraceEntry> Entries() const;
@@ -87,11 +106,15 @@ class TraceRecorder {
 
   std::atomic<bool> on_{false};
   std::atomic<StackKind> stacks_{StackKind::kNone};
+  std::atomic<HistoryContext> context_{HistoryContext::kNone};
   StackCapture capture_;
   mutable Mutex mu_;
   size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TraceEntry> ring_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // where the next entry goes
+  // Every metadata string set (index 0: ""), and the one events get now.
+  std::vector<std::string> metadata_ ABSL_GUARDED_BY(mu_) = {""};
+  uint32_t current_metadata_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // `s` as a JSON string literal, quotes included.

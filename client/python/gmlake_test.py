@@ -5,6 +5,7 @@ snapshots for memory_viz, option errors, the launcher's environment.
 Allocations go through libgmlake's C API (what PyTorch's pluggable allocator
 calls), on real host memory."""
 import ctypes
+import json
 import os
 import pickle
 import subprocess
@@ -276,6 +277,34 @@ class SnapshotTest(WithLake):
         snap["device_traces"] = [[{"action": "alloc", "addr": 65536,
                                    "size": 512, "stream": 0}]]
         self.assertTrue(viz_check.check_snapshot(snap))
+
+    def free_here(self, p):
+        lib().gmlake_free(p)
+
+    def test_history_context_and_metadata_as_pytorch_records_them(self):
+        # PyTorch's test_memory_plots_free_stack and _metadata: "alloc"
+        # names the allocating caller only, "all" the freeing one too,
+        # "state" neither in the history; every event carries the metadata.
+        for context in ("alloc", "all", "state"):
+            gmlake.set_memory_metadata("metadata test")
+            gmlake.record_memory_history(context=context, stacks="python",
+                                         clear_history=True)
+            try:
+                self.free_here(self.allocate_here(MiB, 0))
+                snap = gmlake.memory_snapshot()
+            finally:
+                gmlake.record_memory_history(enabled=None)
+                gmlake.set_memory_metadata("")
+            text = json.dumps(snap["device_traces"])
+            self.assertEqual("free_here" in text, context == "all", context)
+            self.assertEqual("allocate_here" in text, context != "state",
+                             context)
+            events = snap["device_traces"][0]
+            self.assertTrue(events)
+            for e in events:
+                self.assertEqual(e["user_metadata"], "metadata test")
+        with self.assertRaises(TypeError):
+            gmlake.set_memory_metadata(7)
 
     def test_history_off_records_nothing(self):
         gmlake.record_memory_history(enabled=None, clear_history=True)

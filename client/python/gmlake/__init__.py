@@ -101,6 +101,12 @@ def record_memory_history(enabled="all", context="all", stacks="all",
                              clear_history)
 
 
+def set_memory_metadata(metadata):
+    """The "user_metadata" of every history event recorded from now on (""
+    for none); torch.cuda.memory._set_memory_metadata."""
+    _snapshot.set_metadata(metadata)
+
+
 def memory_snapshot():
     """torch.cuda.memory._snapshot()'s dictionary for GMLake."""
     return _snapshot.snapshot()

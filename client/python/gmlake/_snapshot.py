@@ -10,6 +10,8 @@ from . import _lib
 VIEWER_PICKLE_PROTOCOL = 4
 
 _STACKS = {None: 0, "python": 1, "all": 2}
+# PyTorch's context: which events carry their stack.
+_CONTEXTS = {None: 0, "state": 1, "alloc": 2, "all": 3}
 
 
 def snapshot(mempool_id=None):
@@ -58,7 +60,8 @@ def record_history(enabled="all", context="all", stacks="all",
 
     enabled: "all" records every alloc/free/segment event (None stops;
     "state" stops too: GMLake keeps no stacks for live blocks alone).
-    context: None records no stacks; otherwise every event gets its stack.
+    context: which events carry their stack: "all" allocations and frees,
+    "alloc" allocations (and what they map), "state" and None none.
     stacks: "python" (Python frames) or "all" (Python and C++ frames).
     max_entries: keep the last this many events per device.
     """
@@ -74,7 +77,16 @@ def record_history(enabled="all", context="all", stacks="all",
     entries = int(max_entries) if enabled == "all" else 0
     kind = _STACKS[stacks] if context is not None else _STACKS[None]
     _lib.check(_lib.load().gmlake_record_history(
-        min(entries, 2**64 - 1), kind, 1 if clear_history else 0))
+        min(entries, 2**64 - 1), kind, _CONTEXTS[context],
+        1 if clear_history else 0))
+
+
+def set_metadata(metadata):
+    """torch.cuda.memory._set_memory_metadata: the "user_metadata" of every
+    history event recorded from now on ("" for none)."""
+    if not isinstance(metadata, str):
+        raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
+    _lib.check(_lib.load().gmlake_set_history_metadata(metadata.encode()))
 
 
 def record_history_legacy(enabled, record_context=True,

@@ -245,6 +245,7 @@ def _route(torch, missing_hooks):
         "_cuda_memorySnapshot": _memory_snapshot,
         "_cuda_record_memory_history": _record_history,
         "_cuda_record_memory_history_legacy": _snapshot.record_history_legacy,
+        "_cuda_setMemoryMetadata": _snapshot.set_metadata,
     }
     # Without the pluggable allocator's own hooks, at least the Python calls.
     if "set_reset_fn" in missing_hooks:
