@@ -198,72 +198,6 @@ uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, uint64_t size,
   return id;
 }
 
-// --- Created ahead
-// -------------------------------------------------------------
-
-void ChunkBooks::SetAside(int device, uint64_t bytes) {
-  devices_[device].counts.creating_bytes += bytes;
-}
-
-void ChunkBooks::EndSetAside(int device, uint64_t bytes) {
-  uint64_t& creating = devices_[device].counts.creating_bytes;
-  creating -= std::min(creating, bytes);
-}
-
-uint64_t ChunkBooks::AddAhead(int device, ChunkHandle handle, uint64_t size,
-                              UniqueFd fd, ChunkIdentity identity,
-                              int64_t last_uid) {
-  auto c = std::make_unique<Chunk>();
-  c->id = next_id_++;
-  c->device = device;
-  c->handle = handle;
-  c->size = size;
-  c->fd = std::move(fd);
-  c->identity = identity;
-  c->last_uid = last_uid;
-  c->ahead = true;
-  if (identity.known()) by_identity_[identity] = c->id;
-  c->free_since = absl::Now();
-  Device& d = devices_[device];
-  d.counts.created.Add(size);
-  d.ahead_by_size[size] += size;
-  ListFree(&d, *c);
-  const uint64_t id = c->id;
-  chunks_[id] = std::move(c);
-  return id;
-}
-
-void ChunkBooks::LeaveAhead(Device* d, Chunk* c) {
-  if (!c->ahead) return;
-  c->ahead = false;
-  auto it = d->ahead_by_size.find(c->size);
-  if (it == d->ahead_by_size.end()) return;
-  it->second -= std::min(it->second, c->size);
-  if (it->second == 0) d->ahead_by_size.erase(it);
-}
-
-uint64_t ChunkBooks::ahead_bytes(int device, uint64_t size) const {
-  const Device& d = devices_[device];
-  auto it = d.ahead_by_size.find(size);
-  return it == d.ahead_by_size.end() ? 0 : it->second;
-}
-
-std::vector<uint64_t> ChunkBooks::AheadIds(int device, uint64_t size) const {
-  std::vector<uint64_t> ids;
-  const Device& d = devices_[device];
-  auto it = d.free_by_size.find(size);
-  if (it == d.free_by_size.end()) return ids;
-  for (const auto& [uid, list] : it->second) {
-    for (uint64_t id : list) {
-      const Chunk* c = Find(id);
-      if (c != nullptr && c->ahead && c->state == State::kFree) {
-        ids.push_back(id);
-      }
-    }
-  }
-  return ids;
-}
-
 // --- Leases in flight
 // ----------------------------------------------------------
 
@@ -293,8 +227,6 @@ ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
       Chunk* c = UnlistFree(&d, &list);
       if (c == nullptr) continue;
       c->lease = lease;
-      if (c->ahead && !scrub) ++r.from_ahead;
-      LeaveAhead(&d, c);
       if (scrub) {
         c->state = State::kScrubbing;
         d.counts.scrubbing.Add(c->size);
@@ -626,7 +558,6 @@ ChunkBooks::Released ChunkBooks::Take(Chunk* c) {
   r.handle = c->handle;
   r.size = c->size;
   r.fd = std::move(c->fd);
-  LeaveAhead(&d, c);
   r.held_data = c->last_uid != kNoUid;
   r.uid = c->last_uid;
   d.counts.free.Sub(c->size);

@@ -114,24 +114,6 @@ class ChunkBooks {
   uint64_t AddFree(int device, ChunkHandle handle, uint64_t size, UniqueFd fd,
                    ChunkIdentity identity = {});
 
-  // --- Created ahead of a growing session (create_ahead_policy.h) ----------
-
-  // Capacity set aside for chunks being created ahead (room() leaves it
-  // out until EndSetAside), so that leases meanwhile do not count on it.
-  void SetAside(int device, uint64_t bytes);
-  void EndSetAside(int device, uint64_t bytes);
-  // A chunk created ahead: free, with its creation's export `fd` kept for
-  // its first claim (TakeCreationFd) even with exports on demand.
-  // `last_uid`: kNoUid when it is fresh, else the uid whose data the driver
-  // may have handed back in it (the lake released that uid's chunks
-  // unzeroed): other uids' leases zero it first (ScrubPolicy).
-  uint64_t AddAhead(int device, ChunkHandle handle, uint64_t size, UniqueFd fd,
-                    ChunkIdentity identity, int64_t last_uid);
-  // Free chunks created ahead and not leased since, of `size` on `device`
-  // (the stock), in bytes; and their ids.
-  uint64_t ahead_bytes(int device, uint64_t size) const;
-  std::vector<uint64_t> AheadIds(int device, uint64_t size) const;
-
   // --- Leases in flight
   // -------------------------------------------------------
 
@@ -147,7 +129,6 @@ class ChunkBooks {
     std::vector<uint64_t> clean;  // reserved: fresh or the uid's own
     std::vector<uint64_t> dirty;  // scrubbing: zero them before granting
     std::vector<ChunkHandle> dirty_handles;
-    uint64_t from_ahead = 0;     // of `clean`: created ahead for growth
     uint64_t to_create = 0;      // chunks to make (capacity set aside)
     std::vector<uint64_t> made;  // chunks made for it (AddMade)
     // Free chunks of other sizes taken out of the books to make room: the
@@ -284,7 +265,6 @@ class ChunkBooks {
     absl::Time free_since;      // when free: since when
     ChunkIdentity identity;     // its memory, where the backend can tell
     bool adopted = false;       // after a restart: never pooled
-    bool ahead = false;         // created ahead, not leased yet (AddAhead)
   };
   // Free chunk ids by the uid that last held them (kNoUid: fresh).
   using FreeLists = absl::flat_hash_map<int64_t, std::vector<uint64_t>>;
@@ -293,8 +273,6 @@ class ChunkBooks {
     Counts counts;
     // The free lists of each chunk size.
     std::map<uint64_t, FreeLists> free_by_size;
-    // Bytes of free chunks created ahead, by size.
-    std::map<uint64_t, uint64_t> ahead_by_size;
   };
   struct SessionHolding {
     int64_t uid = kNoUid;
@@ -311,8 +289,6 @@ class ChunkBooks {
   // The chunks `r` still holds as it left them; others are logged.
   std::vector<Chunk*> HeldBy(const Reservation& r) const;
   void MakeFree(Chunk* c);
-  // Chunk `c` leaves the stock created ahead (leased, or gone).
-  void LeaveAhead(Device* d, Chunk* c);
   Tally* CounterOf(Device* d, State state);
   // Files chunk `c`, free, under its size and its last holder's uid.
   void ListFree(Device* d, const Chunk& c);

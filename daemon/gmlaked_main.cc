@@ -132,12 +132,6 @@ ABSL_FLAG(bool, export_on_demand, true,
           "Export a chunk's descriptor each time it is sent (~26 us on an "
           "H200) instead of keeping one open per chunk, so that the "
           "daemon's descriptors do not grow with the lake.");
-ABSL_FLAG(std::string, create_ahead, "1GiB",
-          "Most bytes of chunks created and exported ahead of a growing "
-          "session, on a thread of gmlaked's own, so that its next leases "
-          "find them made (also at most 1/128 of a device's capacity; they "
-          "go back to the driver once the growth pauses for a second). 0: "
-          "off. Off with --prefer_reclaim.");
 ABSL_FLAG(int, max_grpc_connections_per_uid, 64,
           "Open gRPC connections of one uid (each client process holds "
           "one); the next is refused with a message that names this flag.");
@@ -419,10 +413,6 @@ absl::Status Run(const ServiceNotifier& notifier) {
   lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
   lo.zero_on_release = absl::GetFlag(FLAGS_zero_on_release);
   lo.export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
-  absl::StatusOr<uint64_t> ahead =
-      BytesFlag("create_ahead", absl::GetFlag(FLAGS_create_ahead));
-  if (!ahead.ok()) return ahead.status();
-  lo.create_ahead.max_bytes = *ahead;
   if (lo.release.idle_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--release_idle must be 0 (never) or a positive duration");
@@ -469,12 +459,6 @@ absl::Status Run(const ServiceNotifier& notifier) {
       ScrubPolicyName(lo.scrub), absl::FormatDuration(lo.reclaim_timeout),
       lo.prefer_reclaim ? " (reclaim before creating)" : "", lo.max_sessions,
       lo.max_sessions_per_uid, lo.max_unbound_sessions, fd_limit);
-  Logf("create ahead: %s",
-       lo.create_ahead.enabled() && !lo.prefer_reclaim
-           ? absl::StrCat("up to ", FormatBytes(lo.create_ahead.max_bytes),
-                          " (1/128 of a device's capacity at most) of chunks "
-                          "made before a growing session asks")
-           : "off");
   Logf(
       "release: free chunks unused for %s go back to the driver, down to "
       "--precreate",

@@ -124,10 +124,6 @@ absl::StatusOr<std::unique_ptr<Lake>> Lake::Create(VmmBackend* backend,
   std::unique_ptr<Lake> lake(new Lake(backend, std::move(options)));
   absl::Status s = lake->Precreate();
   if (!s.ok()) return s;
-  if (lake->options_.create_ahead.enabled() && !lake->options_.prefer_reclaim) {
-    Lake* l = lake.get();
-    lake->ahead_worker_ = std::thread([l] { l->CreateAheadLoop(); });
-  }
   return lake;
 }
 
@@ -162,7 +158,6 @@ absl::Status Lake::Precreate() {
 
 Lake::~Lake() {
   Shutdown();
-  if (ahead_worker_.joinable()) ahead_worker_.join();
   std::vector<ChunkBooks::Released> all;
   {
     MutexLock lock(&mu_);
@@ -194,7 +189,6 @@ void Lake::Shutdown() {
       sessions_.RemoveEnded(id);
     }
     freed_.SignalAll();
-    ahead_wake_.SignalAll();
   }
   after.Run();
   ReleaseDropped();
@@ -566,9 +560,9 @@ static std::map<int64_t, uint64_t> SettleOwed(std::map<int64_t, uint64_t>* owed,
   return took;
 }
 
-absl::Status Lake::ZeroRecreated(int device, int64_t uid, uint64_t size,
-                                 const std::vector<ChunkBooks::MadeChunk>& made,
-                                 RecreatedChunks* rec) {
+absl::Status Lake::ZeroRecreated(
+    int device, int64_t uid, uint64_t size,
+    const std::vector<ChunkBooks::MadeChunk>& made) {
   size_t n = 0;
   std::map<int64_t, uint64_t> zeroing;
   {
@@ -584,17 +578,8 @@ absl::Status Lake::ZeroRecreated(int device, int64_t uid, uint64_t size,
     n = std::min<uint64_t>(made.size(), (others + size - 1) / size);
     zeroing = SettleOwed(&it->second, n * size, other);
     // What else came back can have held only this uid's data.
-    uint64_t own_bytes = 0;
-    for (const auto& [u, bytes] :
-         SettleOwed(&it->second, (made.size() - n) * size,
-                    [&](int64_t u) { return u == uid; })) {
-      own_bytes += bytes;
-    }
-    if (rec != nullptr) {
-      rec->zeroed = n;
-      rec->own =
-          std::min<uint64_t>(made.size() - n, (own_bytes + size - 1) / size);
-    }
+    SettleOwed(&it->second, (made.size() - n) * size,
+               [&](int64_t u) { return u == uid; });
     if (it->second.empty()) unzeroed_released_.erase(it);
   }
   if (n == 0) return absl::OkStatus();
@@ -692,9 +677,6 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_pressure_asked_bytes(pressure_asked_bytes_);
   out->set_pressure_returned_bytes(pressure_returned_bytes_);
   out->set_pressure_undelivered(pressure_undelivered_);
-  out->set_created_ahead_bytes(created_ahead_bytes_);
-  out->set_ahead_leased_bytes(ahead_leased_bytes_);
-  out->set_ahead_released_bytes(ahead_released_bytes_);
   for (int i = 0; i < books_.device_count(); ++i) {
     const ChunkBooks::Counts c = books_.counts(i);
     v1::DeviceStatus* ds = out->add_devices();

@@ -40,7 +40,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>  // NOLINT: the create-ahead worker
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,7 +55,6 @@
 #include "common/vmm.h"
 #include "daemon/chunk_books.h"
 #include "daemon/chunk_identity.h"
-#include "daemon/create_ahead_policy.h"
 #include "daemon/histogram.h"
 #include "daemon/pressure_policy.h"
 #include "daemon/release_policy.h"
@@ -147,10 +145,6 @@ struct LakeOptions {
   // a re-export costs ~26 us there; the first export, ~0.6 ms, is still
   // paid when the chunk is created). --export_on_demand.
   bool export_on_demand = true;
-  // Chunks created and exported ahead of a growing session, on a thread of
-  // their own (create_ahead_policy.h; off with prefer_reclaim, which keeps
-  // the lake from growing while others cache). --create_ahead.
-  CreateAheadPolicy create_ahead;
   // Tests only: called without the lock before a lease zeroes chunks, so a
   // test can act while the lease is in flight (gmlaked
   // --testonly_scrub_gate).
@@ -482,48 +476,9 @@ class Lake {
   // (any uid's with --scrub=always; see ReleaseToDriver). The rest of
   // `made` settles as much of `uid`'s own: memory that comes back holding
   // only its own data needs no zeroing.
-  // `rec` (may be null) says which: made[0, zeroed) were zeroed,
-  // made[zeroed, zeroed + own) may hold `uid`'s own data, the rest is fresh.
-  struct RecreatedChunks {
-    size_t zeroed = 0;
-    size_t own = 0;
-  };
   absl::Status ZeroRecreated(int device, int64_t uid, uint64_t size,
-                             const std::vector<ChunkBooks::MadeChunk>& made,
-                             RecreatedChunks* rec = nullptr)
+                             const std::vector<ChunkBooks::MadeChunk>& made)
       ABSL_LOCKS_EXCLUDED(mu_);
-
-  // --- Creating ahead (lake_create_ahead.cc) ---
-  // Chunks of one size on one device, and the streak of growth in them.
-  using AheadKey = std::pair<int, uint64_t>;  // device, chunk size
-  struct AheadStreak {
-    GrowthStreak growth;
-    int64_t uid = kNoUid;  // of the session that grew last
-  };
-  // One round of the worker: stock to release, or chunks to create.
-  struct AheadWork {
-    std::vector<ChunkBooks::Released> expired;
-    int device = 0;
-    uint64_t chunk_bytes = 0;
-    uint64_t count = 0;  // to create (capacity set aside)
-    int64_t uid = kNoUid;
-    bool empty() const { return expired.empty() && count == 0; }
-  };
-  // A lease was granted `r`: the chunks it took new (made for it, or
-  // created ahead) extend its size's streak; the worker looks again.
-  void NoteGrowthLocked(const ChunkBooks::Reservation& r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker: until shutdown, waits for work and does it.
-  void CreateAheadLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // The next round's work at `now` (ended streaks' stock taken out of the
-  // books, or capacity set aside for a batch), or none.
-  AheadWork NextAheadWorkLocked(absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the next streak ends (InfiniteFuture: none is running).
-  absl::Time NextStreakEndLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases the expired stock, or creates, zeroes where owed and files the
-  // batch as free chunks created ahead.
-  void DoAheadWork(AheadWork w) ABSL_LOCKS_EXCLUDED(mu_);
   // Releases the adopted chunks that their sessions let go (never zeroed:
   // their clients may still map them). Called after anything that may end
   // a session or take chunks back; CheckLiveness catches the rest.
@@ -581,14 +536,6 @@ class Lake {
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t recycled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Creating ahead: the streaks, the worker's wake-up, and bytes created
-  // ahead, leased from the stock, and released unleased.
-  std::map<AheadKey, AheadStreak> ahead_streaks_ ABSL_GUARDED_BY(mu_);
-  CondVar ahead_wake_;
-  std::thread ahead_worker_;
-  uint64_t created_ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t ahead_leased_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t ahead_released_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Chunks and bytes granted by leases, in all.
   uint64_t leased_chunks_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t leased_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -579,7 +579,6 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
   }
   chunks_scrubbed_ += r->dirty.size();
   zeroed_bytes_ += r->dirty.size() * r->chunk_bytes;
-  NoteGrowthLocked(*r);
   LeaseGrant grant;
   grant.lease_id = r->lease;
   grant.device = r->device;

@@ -180,13 +180,6 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
           "Free chunks of other sizes released to make room for a lease's "
           "new chunks.",
           st.recycled_bytes());
-  Counter(&t, "gmlake_created_ahead_bytes_total",
-          "Chunks created and exported ahead of a growing session "
-          "(--create_ahead).",
-          st.created_ahead_bytes());
-  Counter(&t, "gmlake_ahead_leased_bytes_total",
-          "Chunks created ahead that a lease then took.",
-          st.ahead_leased_bytes());
   Counter(&t, "gmlake_reclaimed_bytes_total",
           "Bytes taken back from sessions that ended holding them (process "
           "gone, connection dropped, closed without returning).",

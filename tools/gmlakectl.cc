@@ -108,7 +108,6 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       "%d rounds; chunks zeroed %d; sessions ended %d\n"
       "leased %d chunks (%s) in all; pressure asked for %s, %s came back, "
       "%d requests undelivered\n"
-      "created ahead %s, %s of it leased, %s released unleased\n"
       "scrub %s; uid quota %s; session quota %s\n\n",
       st.protocol_version(), Age(st.uptime_seconds()), st.backend(),
       st.backend_description(), st.sessions_size() + st.sessions_hidden(),
@@ -117,9 +116,7 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       st.leased_chunks_total(), FormatBytes(st.leased_bytes_total()),
       FormatBytes(st.pressure_asked_bytes()),
       FormatBytes(st.pressure_returned_bytes()), st.pressure_undelivered(),
-      FormatBytes(st.created_ahead_bytes()),
-      FormatBytes(st.ahead_leased_bytes()),
-      FormatBytes(st.ahead_released_bytes()), st.scrub_policy(),
+      st.scrub_policy(),
       st.uid_quota_bytes() ? FormatBytes(st.uid_quota_bytes()) : "none",
       st.session_quota_bytes() ? FormatBytes(st.session_quota_bytes())
                                : "none");

@@ -5,8 +5,9 @@
 # native PyTorch (issue 17), in one call, runs interleaved:
 #   1. gmlake-growth-bench, leasing ahead in the background on and off;
 #   2. llama1b's creation and first two steps (tests/gpu/first_steps.py):
-#      native, embedded, gmlaked, gmlaked without creating ahead
-#      (--create_ahead=0), REPS times;
+#      native, embedded, gmlaked, gmlaked without the background lease,
+#      REPS times (with GMLake's counters: driver time by call, time in the
+#      lake's acquires);
 #   3. the colocation pair's inference role alone (its stitches and driver
 #      time, tests/gpu/with_stats.py), native and GMLake embedded.
 # Needs the bundles (tests/gpu/build_bundle.sh //tools:gmlake-growth-bench
@@ -35,11 +36,7 @@ fi
 if has first; then
 "${GMLAKE_BIN}/gmlaked" --socket="${sock}/g.sock" --fd_socket="${sock}/fd.sock" > "${OUT}/gmlaked.log" 2>&1 &
 daemon=$!
-# The same without creating ahead (--create_ahead=0), for the comparison.
-"${GMLAKE_BIN}/gmlaked" --socket="${sock}/n.sock" --fd_socket="${sock}/nfd.sock" \
-  --create_ahead=0 > "${OUT}/gmlaked_noahead.log" 2>&1 &
-daemon_noahead=$!
-for _ in $(seq 1 100); do [[ -S "${sock}/g.sock" && -S "${sock}/n.sock" ]] && break; sleep 0.1; done
+for _ in $(seq 1 100); do [[ -S "${sock}/g.sock" ]] && break; sleep 0.1; done
 first() {  # label, then the command's environment and prefix
   local label="$1"; shift
   local line
@@ -56,11 +53,9 @@ for rep in $(seq 1 "${REPS}"); do
   first native GMLAKE_ENABLE=0
   first embedded GMLAKE_CONF=lake:embedded "${GMLAKE_BIN}/gmlake" run --
   first gmlaked GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock" "${GMLAKE_BIN}/gmlake" run --
-  first gmlaked_noahead GMLAKE_CONF="lake:daemon,socket:${sock}/n.sock" "${GMLAKE_BIN}/gmlake" run --
+  first gmlaked_fg GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock,lease_ahead_background:false" "${GMLAKE_BIN}/gmlake" run --
 done
-"${GMLAKE_BIN}/gmlakectl" --socket="${sock}/g.sock" status > "${OUT}/gmlaked_status.txt" 2>&1
-grep -h "created ahead" "${OUT}/gmlaked_status.txt"
-kill -TERM "${daemon}" "${daemon_noahead}"; wait "${daemon}" "${daemon_noahead}" 2>/dev/null
+kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
 fi
 has infer || exit 0
 infer() {
