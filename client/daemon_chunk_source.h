@@ -110,6 +110,13 @@ struct DaemonSourceOptions {
   // docs/benchmarks.md). false: only with a shortfall, on the malloc's
   // thread.
   bool lease_ahead_in_background = true;
+  // New chunks are made here, in the capacity gmlaked leases
+  // (LeaseRequest.client_makes): a create (~18 us a chunk on an H200)
+  // instead of gmlaked's create and first export and this process's import
+  // (~130 us in all, docs/design.md). gmlaked leases none of its own free
+  // chunks for it: they go back to the driver where the capacity left is
+  // short. A gmlaked that predates it sends descriptors as before.
+  bool make_chunks = true;
   // How long Connect may take before it gives up.
   absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one Lease call, plus 2 ms per chunk asked for (it may wait
@@ -236,6 +243,8 @@ class DaemonChunkSource : public ChunkSource {
   // included).
   uint64_t lease_calls() const { return lease_calls_.load(); }
   uint64_t chunks_leased() const { return chunks_leased_.load(); }
+  // Of those, chunks this process made itself (make_chunks).
+  uint64_t chunks_made() const { return chunks_made_.load(); }
   // Idle bytes on `device` leased ahead of need and not taken yet.
   uint64_t ahead_bytes(int device) const;
   // Leases made on an acquiring thread (it waited for gmlaked), and those
@@ -381,12 +390,19 @@ class DaemonChunkSource : public ChunkSource {
   absl::Status LeaseWhenLinked(int device, size_t count, uint64_t size,
                                std::vector<LeasedChunk>* out, uint64_t* epoch,
                                bool no_pressure = false);
-  // Leases `count` chunks of `size` bytes and imports them; appends them,
-  // with the epoch of the link they were leased on.
+  // Leases `count` chunks of `size` bytes and imports them (or, leased as
+  // capacity, makes them: make_chunks); appends them, with the epoch of the
+  // link they were leased on.
   // `no_pressure`: leased ahead of need (LeaseRequest.no_pressure).
   absl::Status LeaseAndImport(int device, size_t count, uint64_t size,
                               std::vector<LeasedChunk>* out, uint64_t* epoch,
                               bool no_pressure);
+  // Creates one chunk of `size` on `device` per id of a lease of capacity,
+  // appending each to `made` as it goes (the caller releases them on
+  // failure).
+  absl::Status MakeChunks(int device, uint64_t size,
+                          absl::Span<const uint64_t> ids,
+                          std::vector<LeasedChunk>* made);
   // Leases `count` chunks of `size` and `ahead` more, ahead of need, in
   // one call where the lake has them free; else the `count` alone (and no
   // more ahead until chunks go back). Moves the ahead ones to `ahead_out`.
@@ -523,6 +539,7 @@ class DaemonChunkSource : public ChunkSource {
   CondVar refill_wanted_;
   CondVar refill_done_;
   std::atomic<uint64_t> chunks_leased_{0};
+  std::atomic<uint64_t> chunks_made_{0};
   std::atomic<uint64_t> pressure_requests_{0};
   // Bytes given back while answering pressure, counted before the daemon
   // has them.

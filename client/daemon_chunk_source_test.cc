@@ -47,9 +47,14 @@ class DaemonChunkSourceTest : public ::testing::Test {
   std::unique_ptr<DaemonChunkSource> Connect(
       uint64_t watermark = 0, const std::string& name = "t",
       absl::Duration reconnect = absl::Milliseconds(100),
-      std::optional<bool> keep_descriptors = std::nullopt) {
+      std::optional<bool> keep_descriptors = std::nullopt,
+      bool make_chunks = false) {
     DaemonSourceOptions o;
     o.keep_descriptors = keep_descriptors;
+    // Most of these tests follow chunks gmlaked made through its books and
+    // descriptors; chunks the process makes have lake_client_made_test,
+    // daemon_growth_test and the restart below.
+    o.make_chunks = make_chunks;
     o.socket_path = daemon_->socket();
     o.name = name;
     o.idle_watermark_bytes = watermark;
@@ -344,12 +349,15 @@ TEST_F(DaemonChunkSourceTest, WhenTheDaemonGoesTheProcessKeepsWhatItHolds) {
 // With `keep_descriptors`, the source shows the chunks by the descriptors it
 // received (what it must do on the cuda backend, whose driver will not
 // export an imported handle again); without, it exports them anew.
-void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors) {
+// With `make_chunks`, the chunks are the process's own (no descriptor came
+// to keep): it exports them to show them.
+void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors,
+                     bool make_chunks = false) {
   // No idle release: what is free once the session ends stays to be
   // counted (with no session open it would go back at the next wake).
   t->Start({"--capacity=16MiB", "--release_idle=0"});
-  std::unique_ptr<DaemonChunkSource> s =
-      t->Connect(kChunk, "t", absl::Milliseconds(100), keep_descriptors);
+  std::unique_ptr<DaemonChunkSource> s = t->Connect(
+      kChunk, "t", absl::Milliseconds(100), keep_descriptors, make_chunks);
   absl::StatusOr<std::vector<ChunkHandle>> hs = s->Acquire(0, 3);
   ASSERT_TRUE(hs.ok());
   ASSERT_TRUE(DaemonChunkSourceTest::Touch(s.get(), *hs, 0x61, false).ok());
@@ -373,7 +381,7 @@ void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors) {
   EXPECT_EQ(s->reconnections(), 1u);
   EXPECT_EQ(s->chunks_readopted(), 3u);
   EXPECT_EQ(s->backend()->call_stats().Count(VmmCall::kExport) - exports_before,
-            keep_descriptors ? 0u : 3u);
+            keep_descriptors && !make_chunks ? 0u : 3u);
   // The new daemon counts all four: three adopted (one of them idle here,
   // now handed out again) and one it made.
   absl::StatusOr<v1::StatusResponse> st = t->daemon_->Status();
@@ -386,13 +394,13 @@ void RestartAndAdopt(DaemonChunkSourceTest* t, bool keep_descriptors) {
   s->Return(0, *waited);
   s.reset();
   // Adopted chunks went back to the driver, not to the lake; the one the
-  // daemon made is free.
+  // daemon made is free (one the process made went with it).
   st = t->daemon_->WaitFor(
       [](const v1::StatusResponse& r) { return r.sessions_size() == 0; },
       testing::kPatience);
   ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(st->devices(0).created_chunks(), 1u);
-  EXPECT_EQ(st->devices(0).free_chunks(), 1u);
+  EXPECT_EQ(st->devices(0).created_chunks(), make_chunks ? 0u : 1u);
+  EXPECT_EQ(st->devices(0).free_chunks(), make_chunks ? 0u : 1u);
   EXPECT_THAT(t->daemon_->Log(), HasSubstr("adopted 3 chunks"));
 }
 
@@ -402,6 +410,10 @@ TEST_F(DaemonChunkSourceTest, AfterARestartTheSourceReconnectsAndIsAdopted) {
 
 TEST_F(DaemonChunkSourceTest, AfterARestartKeptDescriptorsShowTheChunks) {
   RestartAndAdopt(this, /*keep_descriptors=*/true);
+}
+
+TEST_F(DaemonChunkSourceTest, AfterARestartChunksTheProcessMadeAreAdopted) {
+  RestartAndAdopt(this, /*keep_descriptors=*/true, /*make_chunks=*/true);
 }
 
 // A large AcquireBytes is leased in large chunks (client/chunk_sizing.h),

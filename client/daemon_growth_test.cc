@@ -37,10 +37,12 @@ class DaemonGrowthTest : public ::testing::Test {
   }
   std::unique_ptr<DaemonChunkSource> Connect(
       const std::string& name, bool background = true,
-      absl::Duration report = absl::Milliseconds(250)) {
+      absl::Duration report = absl::Milliseconds(250),
+      bool make_chunks = true) {
     DaemonSourceOptions o;
     o.socket_path = daemon_->socket();
     o.name = name;
+    o.make_chunks = make_chunks;
     o.lease_ahead_in_background = background;
     o.usage_report_interval = report;
     absl::StatusOr<std::unique_ptr<DaemonChunkSource>> s =
@@ -112,6 +114,41 @@ TEST_F(DaemonGrowthTest, KvCacheGrowthTakesFewLeasesPerGiB) {
   EXPECT_TRUE(WaitForSessionBytes(src->session_id(), kGiB))
       << SessionBytes(src->session_id());
   src->ReturnSized(0, got);
+}
+
+// New chunks are made in the process, in the capacity gmlaked leases: no
+// create, export or descriptor in gmlaked for them (docs/daemon.md,
+// "Chunks the client makes"); make_chunks:false imports gmlaked's.
+TEST_F(DaemonGrowthTest, GrowthMakesItsOwnChunksInTheCapacityLeased) {
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  for (const bool make : {true, false}) {
+    std::unique_ptr<DaemonChunkSource> src = Connect(
+        make ? "makes" : "imports", true, absl::Milliseconds(250), make);
+    ASSERT_NE(src, nullptr);
+    absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
+    ASSERT_TRUE(st.ok()) << st.status();
+    const uint64_t made_before = st->client_made_bytes_total();
+    const uint64_t leased_before = st->leased_bytes_total();
+    std::vector<SizedChunk> got;
+    Grow(src.get(), 256 * kMiB, 6 * kMiB, &got);
+    st = daemon_->Status();
+    ASSERT_TRUE(st.ok()) << st.status();
+    const uint64_t leased = st->leased_bytes_total() - leased_before;
+    EXPECT_GE(leased, 256 * kMiB);
+    if (make) {
+      EXPECT_EQ(src->chunks_made(), src->chunks_leased());
+      EXPECT_GT(src->chunks_made(), 0u);
+      EXPECT_EQ(st->client_made_bytes_total() - made_before, leased);
+    } else {
+      EXPECT_EQ(src->chunks_made(), 0u);
+      EXPECT_EQ(st->client_made_bytes_total(), made_before);
+    }
+    // Given back, the capacity is the lake's again.
+    src->ReturnSized(0, got);
+    src->ReleaseKept(0);
+    EXPECT_TRUE(WaitForSessionBytes(src->session_id(), 0))
+        << SessionBytes(src->session_id());
+  }
 }
 
 TEST_F(DaemonGrowthTest, MixedShortfallsTakeFewLeasesPerGiB) {

@@ -295,6 +295,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
   req.set_token(r->token);
   req.set_chunk_count(count);
   req.set_no_pressure(no_pressure);
+  req.set_client_makes(options_.make_chunks);
   {
     MutexLock l(&mu_);
     // gmlaked's number for the device; the chunks are imported on ours.
@@ -328,7 +329,10 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
   std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
   absl::Status failure;
   bool socket_broken = false;
-  if (resp.chunk_size() != size) {
+  if (resp.client_makes() && resp.chunk_size() == size) {
+    // Capacity: the chunks are ours to make.
+    failure = MakeChunks(device, size, lease_ids, &imported);
+  } else if (resp.chunk_size() != size) {
     // Given back unclaimed below.
     failure = absl::FailedPreconditionError(absl::StrFormat(
         "gmlaked leased chunks of %s for a lease of chunks of %s: it "
@@ -404,6 +408,7 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
   if (failure.ok()) {
     lease_calls_.fetch_add(1);
     chunks_leased_.fetch_add(count);
+    if (resp.client_makes()) chunks_made_.fetch_add(count);
     for (auto& [h, fd] : kept) KeepFd(h, std::move(fd));
     out->insert(out->end(), imported.begin(), imported.end());
     return absl::OkStatus();
@@ -427,6 +432,24 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
   SetDeadline(&ctx, options_.rpc_timeout);
   r->stub->Return(&ctx, ret, &ret_resp);
   return failure;
+}
+
+absl::Status DaemonChunkSource::MakeChunks(int device, uint64_t size,
+                                           absl::Span<const uint64_t> ids,
+                                           std::vector<LeasedChunk>* made) {
+  for (uint64_t id : ids) {
+    absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, size);
+    if (!h.ok()) {
+      return absl::Status(
+          h.status().code(),
+          absl::StrFormat("making a chunk of %s on device %d in the capacity "
+                          "gmlaked leased (%d of %d made): %s",
+                          FormatBytes(size), device, made->size(), ids.size(),
+                          h.status().message()));
+    }
+    made->push_back({*h, id, size});
+  }
+  return absl::OkStatus();
 }
 
 void DaemonChunkSource::Return(int device,

@@ -64,6 +64,7 @@ DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options) {
   d.large_chunk = options.large_chunk;
   d.lease_ahead_max = options.lease_ahead;
   d.lease_ahead_in_background = options.lease_ahead_background;
+  d.make_chunks = options.make_chunks;
   return d;
 }
 

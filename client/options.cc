@@ -98,6 +98,7 @@ const std::map<std::string, Setter>& Setters() {
       {"lease_ahead", Bytes(&AllocatorOptions::lease_ahead)},
       {"lease_ahead_background",
        Bool(&AllocatorOptions::lease_ahead_background)},
+      {"make_chunks", Bool(&AllocatorOptions::make_chunks)},
       {"log", Bool(&AllocatorOptions::log)},
   };
   return *setters;

@@ -97,6 +97,11 @@ struct AllocatorOptions {
   // chunks imported already (docs/daemon.md, "Leasing ahead in the
   // background"). false: leasing ahead only on the malloc that falls short.
   bool lease_ahead_background = true;
+  // make_chunks: with gmlaked, the process makes its new chunks itself in
+  // the capacity gmlaked leases it, instead of importing chunks gmlaked
+  // made and exported (docs/daemon.md, "Chunks the client makes"). false:
+  // every new chunk comes from gmlaked.
+  bool make_chunks = true;
   // log: print start-up lines (which backend and lake) to stderr.
   bool log = true;
 };

@@ -58,17 +58,19 @@ uint64_t ChunkBooks::free_bytes_of_size(int device, uint64_t size) const {
 }
 
 bool ChunkBooks::CanReserve(int device, uint64_t count, uint64_t size,
-                            bool may_grow, uint64_t* short_bytes) const {
+                            bool may_grow, uint64_t* short_bytes,
+                            bool client_makes) const {
   const Device& d = devices_[device];
   const uint64_t want = count * size;
-  const uint64_t reuse = std::min(want, free_bytes_of_size(device, size));
+  const uint64_t reuse =
+      client_makes ? 0 : std::min(want, free_bytes_of_size(device, size));
   const uint64_t to_make = want - reuse;
   uint64_t have = may_grow ? room(device) : 0;
-  // Free chunks of other sizes that could be released to make room (pinned
-  // ones are being exported: not now).
+  // Free chunks of other sizes (of any, for a client's own) that could be
+  // released to make room (pinned ones are being exported: not now).
   for (auto it = d.free_by_size.begin();
        it != d.free_by_size.end() && have < to_make; ++it) {
-    if (it->first == size) continue;
+    if (it->first == size && !client_makes) continue;
     for (const auto& [uid, list] : it->second) {
       for (uint64_t id : list) {
         const Chunk* c = Find(id);
@@ -204,8 +206,9 @@ uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, uint64_t size,
 ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
                                             int64_t uid, int device,
                                             uint64_t count, uint64_t size,
-                                            bool may_grow) {
+                                            bool may_grow, bool client_makes) {
   Reservation r;
+  r.client_makes = client_makes;
   r.lease = lease;
   r.session = session;
   r.uid = uid;
@@ -239,6 +242,8 @@ ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
       }
     }
   };
+  // A client that makes its chunks takes none of the lake's.
+  if (client_makes) lists = nullptr;
   // Chunks that need no zeroing first: fresh ones, then this uid's own.
   take_from(kNoUid);
   take_from(uid);
@@ -255,7 +260,7 @@ ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
   const uint64_t to_make = r.to_create * size;
   const uint64_t room_left = may_grow ? room(device) : 0;
   if (to_make > room_left) {
-    r.recycled = Recycle(device, size, to_make - room_left);
+    r.recycled = Recycle(device, client_makes ? 0 : size, to_make - room_left);
   }
   PruneFreeLists(&d);
   d.counts.creating_bytes += to_make;
@@ -271,7 +276,7 @@ std::vector<ChunkBooks::Released> ChunkBooks::Recycle(int device, uint64_t size,
   // Largest first (fewest driver calls), fresh ones before those that
   // would need zeroing before release.
   for (auto s = d.free_by_size.rbegin(); s != d.free_by_size.rend(); ++s) {
-    if (s->first == size) continue;
+    if (size != 0 && s->first == size) continue;
     std::vector<int64_t> order;
     for (const auto& [uid, list] : s->second) {
       if (uid != kNoUid) order.push_back(uid);
@@ -302,6 +307,26 @@ void ChunkBooks::AddMade(Reservation* r, std::vector<MadeChunk> made) {
     c->fd = std::move(made[i].fd);
     c->identity = made[i].identity;
     if (c->identity.known()) by_identity_[c->identity] = c->id;
+    c->state = State::kReserved;
+    c->lease = r->lease;
+    d.counts.created.Add(c->size);
+    d.counts.reserved.Add(c->size);
+    r->made.push_back(c->id);
+    chunks_[c->id] = std::move(c);
+  }
+  r->to_create = 0;
+}
+
+void ChunkBooks::AddClientMade(Reservation* r) {
+  Device& d = devices_[r->device];
+  d.counts.creating_bytes -=
+      std::min(d.counts.creating_bytes, r->to_create * r->chunk_bytes);
+  for (uint64_t i = 0; i < r->to_create; ++i) {
+    auto c = std::make_unique<Chunk>();
+    c->id = next_id_++;
+    c->device = r->device;
+    c->size = r->chunk_bytes;
+    c->client_made = true;
     c->state = State::kReserved;
     c->lease = r->lease;
     d.counts.created.Add(c->size);
@@ -364,6 +389,10 @@ absl::StatusOr<std::vector<uint64_t>> ChunkBooks::Grant(const Reservation& r) {
 
 void ChunkBooks::PutBack(const Reservation& r, bool zeroed) {
   for (Chunk* c : HeldBy(r)) {
+    if (c->client_made) {  // never made: its capacity is free again
+      Drop(c);
+      continue;
+    }
     if (c->state == State::kScrubbing && zeroed) c->last_uid = kNoUid;
     MakeFree(c);
   }
@@ -417,7 +446,7 @@ uint64_t ChunkBooks::Free(uint64_t session, uint64_t id) {
       if (u->second == 0) uid_bytes_.erase(u);
     }
   }
-  if (c->adopted) {
+  if (c->adopted || c->client_made) {
     Drop(c);  // `c` is gone
   } else {
     MakeFree(c);
@@ -445,6 +474,12 @@ absl::Status ChunkBooks::CheckDeliverable(
       return absl::FailedPreconditionError(absl::StrFormat(
           "chunk %d is no longer leased to session %d (returned before its "
           "lease was claimed?)",
+          id, session));
+    }
+    if (c->client_made) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "chunk %d is one session %d makes itself (a lease with "
+          "client_makes): gmlaked holds no descriptor of it to send",
           id, session));
     }
   }
@@ -650,6 +685,7 @@ std::vector<ChunkBooks::Released> ChunkBooks::TakeAll() {
   std::vector<Released> out;
   out.reserve(chunks_.size());
   for (auto& [id, c] : chunks_) {
+    if (c->client_made) continue;  // no handle here: its client's to release
     Released r;
     r.id = id;
     r.device = c->device;
@@ -717,7 +753,8 @@ void ChunkBooks::Drop(Chunk* c) {
   r.fd = std::move(c->fd);
   r.held_data = false;  // never zeroed: it was never the daemon's to reuse
   if (c->identity.known()) by_identity_.erase(c->identity);
-  dropped_.push_back(std::move(r));
+  // A chunk its client made has no handle here: nothing to release.
+  if (!c->client_made) dropped_.push_back(std::move(r));
   const uint64_t id = c->id;
   chunks_.erase(id);  // `c` is gone
 }

@@ -104,8 +104,10 @@ class ChunkBooks {
   // reserved now: from free chunks of that size, then by creating, in the
   // room left if `may_grow`, and in the room that releasing free chunks of
   // other sizes (not pinned) makes. If not, `*short_bytes` says by how much.
+  // `client_makes`: capacity only, in the room left and the room releasing
+  // any free chunk makes (none is leased for it).
   bool CanReserve(int device, uint64_t count, uint64_t size, bool may_grow,
-                  uint64_t* short_bytes) const;
+                  uint64_t* short_bytes, bool client_makes = false) const;
 
   // A chunk of `size` bytes made outside any lease (ahead of time): free
   // and fresh. `fd` is its kept export, or none when chunks are exported
@@ -129,6 +131,9 @@ class ChunkBooks {
     std::vector<uint64_t> clean;  // reserved: fresh or the uid's own
     std::vector<uint64_t> dirty;  // scrubbing: zero them before granting
     std::vector<ChunkHandle> dirty_handles;
+    // Capacity only: its client makes the chunks (no handle here, no
+    // descriptor to send); `to_create` of them, added by AddClientMade.
+    bool client_makes = false;
     uint64_t to_create = 0;      // chunks to make (capacity set aside)
     std::vector<uint64_t> made;  // chunks made for it (AddMade)
     // Free chunks of other sizes taken out of the books to make room: the
@@ -141,8 +146,11 @@ class ChunkBooks {
   // zeroing for `uid` first, and capacity for the rest, recycling free
   // chunks of other sizes where the room left is short. The caller has
   // checked CanReserve (with may_grow). Charges the session and the uid.
+  // `client_makes`: capacity for all `count`, none from free chunks (those
+  // of any size are recycled where the room is short).
   Reservation Reserve(uint64_t lease, uint64_t session, int64_t uid, int device,
-                      uint64_t count, uint64_t size, bool may_grow = true);
+                      uint64_t count, uint64_t size, bool may_grow = true,
+                      bool client_makes = false);
   // Chunks made for `r` join it (reserved, fresh); the capacity set aside
   // for it is released, whether made or not.
   struct MadeChunk {
@@ -151,6 +159,10 @@ class ChunkBooks {
     ChunkIdentity identity;
   };
   void AddMade(Reservation* r, std::vector<MadeChunk> made);
+  // A lease whose client makes its chunks: their records (no handle, never
+  // free: freed, they leave the books) join it; the capacity set aside
+  // becomes theirs.
+  void AddClientMade(Reservation* r);
   // Grants every chunk of `r` to its session, all or nothing, and returns
   // their ids. FailedPrecondition, changing nothing, if `r` holds fewer
   // than its count (some were never made, or a bug took one: logged).
@@ -265,6 +277,7 @@ class ChunkBooks {
     absl::Time free_since;      // when free: since when
     ChunkIdentity identity;     // its memory, where the backend can tell
     bool adopted = false;       // after a restart: never pooled
+    bool client_made = false;   // its client made it: no handle, never pooled
   };
   // Free chunk ids by the uid that last held them (kNoUid: fresh).
   using FreeLists = absl::flat_hash_map<int64_t, std::vector<uint64_t>>;
@@ -297,6 +310,7 @@ class ChunkBooks {
   Chunk* UnlistFree(Device* d, std::vector<uint64_t>* list);
   // Takes free chunks of sizes other than `size` out of the books until
   // `bytes` are released (or none is left), fresh ones first.
+  // `size` 0: of any size.
   std::vector<Released> Recycle(int device, uint64_t size, uint64_t bytes);
   // Takes free chunks off the back of `list` (one of `d`'s free lists) out
   // of the books into `out`, leaving pinned ones listed, until `budget`

@@ -677,6 +677,7 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_pressure_asked_bytes(pressure_asked_bytes_);
   out->set_pressure_returned_bytes(pressure_returned_bytes_);
   out->set_pressure_undelivered(pressure_undelivered_);
+  out->set_client_made_bytes_total(client_made_bytes_);
   for (int i = 0; i < books_.device_count(); ++i) {
     const ChunkBooks::Counts c = books_.counts(i);
     v1::DeviceStatus* ds = out->add_devices();

@@ -161,6 +161,7 @@ struct LeaseGrant {
   int device = 0;
   size_t chunk_size = 0;  // of each of its chunks
   std::vector<uint64_t> chunk_ids;
+  bool client_makes = false;  // capacity: the client makes the chunks
 };
 
 class Lake {
@@ -248,10 +249,15 @@ class Lake {
   // `no_pressure` (a lease ahead of need): never asks other sessions or
   // waits; ResourceExhausted at once when the lake cannot serve it from
   // free chunks and capacity left.
+  // `client_makes`: the lease is capacity, for chunks its client creates
+  // itself (no descriptors, nothing to claim; "Chunks the client makes" in
+  // docs/daemon.md); free chunks of the lake's own are released to make
+  // room where the capacity left is short.
   absl::StatusOr<LeaseGrant> Lease(uint64_t session, absl::string_view token,
                                    int device, uint64_t count,
                                    uint64_t chunk_bytes = 0,
-                                   bool no_pressure = false);
+                                   bool no_pressure = false,
+                                   bool client_makes = false);
   // Starts delivering a lease: returns its chunk ids (at most once per
   // lease). NotFound for an unknown or already claimed lease,
   // PermissionDenied for another session's lease.
@@ -335,6 +341,7 @@ class Lake {
     bool reclaim_first = false;  // prefer_reclaim, until the others answered
     bool admitted_once = false;  // the token was checked once
     bool no_pressure = false;    // LeaseRequest.no_pressure
+    bool client_makes = false;   // LeaseRequest.client_makes
     // Since when it waited for memory (never: InfiniteFuture).
     absl::Time pressure_since = absl::InfiniteFuture();
     bool waiting = false;      // counted in waiting_leases_
@@ -536,6 +543,8 @@ class Lake {
   uint64_t pressure_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t adopted_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t recycled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes granted as capacity for chunks their clients made, in all.
+  uint64_t client_made_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Chunks and bytes granted by leases, in all.
   uint64_t leased_chunks_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t leased_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;

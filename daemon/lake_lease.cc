@@ -22,7 +22,7 @@ namespace gmlake {
 absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
                                        absl::string_view token, int device,
                                        uint64_t count, uint64_t chunk_bytes,
-                                       bool no_pressure) {
+                                       bool no_pressure, bool client_makes) {
   const absl::Time start = absl::Now();
   LeaseWait wait;
   wait.started = start;
@@ -30,6 +30,7 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   // A lease ahead of need takes what no one holds, or nothing (with
   // prefer_reclaim: free chunks only, the lake does not grow for it).
   wait.no_pressure = no_pressure;
+  wait.client_makes = client_makes;
   ChunkBooks::Reservation r;
   // Every step holds the lock in its own scope; pressure requests and
   // session hooks run between steps, without it.
@@ -63,12 +64,13 @@ absl::StatusOr<LeaseGrant> Lake::Lease(uint64_t session,
   absl::Status scrubbed = Scrub(r.device, r.chunk_bytes, r.dirty_handles);
   std::vector<ChunkBooks::MadeChunk> made;
   absl::Status created = absl::OkStatus();
-  if (scrubbed.ok()) {
+  // A lease of capacity has nothing to make here: its client makes them.
+  if (scrubbed.ok() && !r.client_makes) {
     created = CreateChunks(r.device, r.to_create, r.chunk_bytes,
                            /*for_delivery=*/true, &made);
   }
   // New chunks may be memory the daemon released unzeroed.
-  if (scrubbed.ok() && created.ok()) {
+  if (scrubbed.ok() && created.ok() && !r.client_makes) {
     scrubbed = ZeroRecreated(r.device, r.uid, r.chunk_bytes, made);
   }
   // A driver that cannot export says little (CUDA_ERROR_OPERATING_SYSTEM):
@@ -192,9 +194,10 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
     // or of others released to make room, only.
     const bool may_grow = !wait->reclaim_first;
     uint64_t short_bytes = 0;
-    if (books_.CanReserve(device, count, size, may_grow, &short_bytes)) {
+    if (books_.CanReserve(device, count, size, may_grow, &short_bytes,
+                          wait->client_makes)) {
       *r = books_.Reserve(next_lease_++, session, s->peer.uid, device, count,
-                          size, may_grow);
+                          size, may_grow, wait->client_makes);
       for (const ChunkBooks::Released& c : r->recycled) {
         recycled_bytes_ += c.size;
       }
@@ -534,7 +537,11 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
     const absl::Status& created, const FdUsage& fds,
     std::vector<ChunkBooks::MadeChunk> made) {
   const uint64_t to_create = r->to_create;
-  books_.AddMade(r, std::move(made));
+  if (r->client_makes) {
+    books_.AddClientMade(r);
+  } else {
+    books_.AddMade(r, std::move(made));
+  }
   Session* s = sessions_.Live(r->session);
   const std::string label =
       s != nullptr ? s->Label() : absl::StrCat("session ", r->session);
@@ -584,15 +591,21 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
   grant.device = r->device;
   grant.chunk_size = r->chunk_bytes;
   grant.chunk_ids = *std::move(granted);
+  grant.client_makes = r->client_makes;
   const absl::Time now = absl::Now();
-  sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, now);
+  // Nothing to claim in a lease of capacity.
+  if (!r->client_makes) {
+    sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, now);
+  }
   ++leases_served_;
   leased_chunks_total_ += r->count;
   leased_bytes_total_ += r->count * grant.chunk_size;
   NoteGrantLocked(s, r->device, r->count * grant.chunk_size, now);
-  VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new)",
+  VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new%s)",
         grant.lease_id, r->count, FormatBytes(r->count * grant.chunk_size),
-        r->device, label, r->dirty.size(), r->made.size());
+        r->device, label, r->dirty.size(), r->made.size(),
+        r->client_makes ? ", made by the client" : "");
+  if (r->client_makes) client_made_bytes_ += r->count * grant.chunk_size;
   return grant;
 }
 

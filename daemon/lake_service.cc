@@ -244,9 +244,9 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
         absl::StrFormat("a lease of %d chunks; at most %d per lease", count,
                         kMaxChunksPerLease)));
   }
-  absl::StatusOr<LeaseGrant> g =
-      lake_->Lease(request->session_id(), request->token(), device, count,
-                   request->chunk_bytes(), request->no_pressure());
+  absl::StatusOr<LeaseGrant> g = lake_->Lease(
+      request->session_id(), request->token(), device, count,
+      request->chunk_bytes(), request->no_pressure(), request->client_makes());
   if (!g.ok()) return ToGrpc(g.status());
   if (context->IsCancelled()) {
     // The client gave up (deadline, or it is gone): it will never know
@@ -260,6 +260,7 @@ grpc::Status LakeService::Lease(grpc::ServerContext* context,
   response->set_lease_id(g->lease_id);
   response->set_device(g->device);
   response->set_chunk_size(g->chunk_size);
+  response->set_client_makes(g->client_makes);
   response->mutable_chunk_ids()->Add(g->chunk_ids.begin(), g->chunk_ids.end());
   return grpc::Status::OK;
 }

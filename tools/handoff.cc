@@ -162,9 +162,11 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
     absl::StatusOr<DevicePtr> p = allocator.Malloc(config.bytes, 0, 0);
     const auto t1 = std::chrono::steady_clock::now();
     r.taker_calls = (*source)->backend()->call_stats() - calls0;
-    // One import per chunk: their sizes are the allocator's and the
+    // One import, or one create (chunks the process makes in the capacity
+    // gmlaked leases), per chunk: their sizes are the allocator's and the
     // source's to choose (client/chunk_sizing.h).
-    r.chunks = r.taker_calls.Count(VmmCall::kImport);
+    r.chunks = r.taker_calls.Count(VmmCall::kImport) +
+               r.taker_calls.Count(VmmCall::kCreate);
     if (!p.ok()) {
       return absl::Status(p.status().code(),
                           absl::StrCat("handoff: the busy process's malloc(",
@@ -197,6 +199,7 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   r.phases.push_back({"reclaim", reclaim,
                       r.holder_calls.Count(VmmCall::kUnmap) +
                           r.holder_calls.Count(VmmCall::kRelease)});
+  r.phases.push_back(Phase("make", r.taker_calls, VmmCall::kCreate));
   r.phases.push_back(Phase("import", r.taker_calls, VmmCall::kImport));
   r.phases.push_back(Phase("map", r.taker_calls, VmmCall::kMap));
   r.phases.push_back(Phase("access", r.taker_calls, VmmCall::kSetAccess));

@@ -26,7 +26,7 @@ def handoff(*flags):
 
 
 class HandoffTest(unittest.TestCase):
-    def check(self, r, size, chunks, unit=2 * MiB):
+    def check(self, r, size, chunks, unit=2 * MiB, made=True):
         print(f"hand-off of {size // MiB} MiB in {chunks} chunks: "
               f"{r['total_seconds'] * 1e3:.1f} ms",
               {p["name"]: round(p["seconds"] * 1e3, 2) for p in r["phases"]})
@@ -35,16 +35,20 @@ class HandoffTest(unittest.TestCase):
         self.assertGreater(r["total_seconds"], 0)
         self.assertGreater(r["daemon_handoff_seconds"], 0)
         taker = r["taker_calls"]
-        self.assertEqual(taker["import"]["calls"], chunks)
+        # The taker makes its chunks in the capacity gmlaked leases
+        # (make_chunks), or imports gmlaked's.
+        made_calls = taker.get("create", {}).get("calls", 0)
+        imported = taker.get("import", {}).get("calls", 0)
+        self.assertEqual((made_calls, imported),
+                         (chunks, 0) if made else (0, chunks))
         self.assertEqual(taker["map"]["calls"], chunks)
         self.assertEqual(taker["set_access"]["calls"], 1)
-        self.assertNotIn("create", taker)  # the taker creates nothing
         self.assertGreaterEqual(r["pressure_rounds"], 1)
         self.assertEqual(r["holder_chunks_returned"], chunks)
         self.assertEqual(r["holder_calls"]["unmap"]["calls"], chunks)
         self.assertEqual(r["holder_calls"]["release"]["calls"], chunks)
         names = [p["name"] for p in r["phases"]]
-        self.assertEqual(names, ["reclaim", "import", "map", "access",
+        self.assertEqual(names, ["reclaim", "make", "import", "map", "access",
                                  "lease and transfer (rest)"])
         self.assertAlmostEqual(sum(p["seconds"] for p in r["phases"]),
                                r["total_seconds"], places=6)
@@ -52,6 +56,11 @@ class HandoffTest(unittest.TestCase):
     def test_chunks_of_the_unit(self):
         self.check(handoff("--bytes=256MiB", "--conf=max_chunk:0,large_chunk:0"),
                    256 * MiB, 128)
+
+    def test_chunks_gmlaked_made_are_imported(self):
+        self.check(handoff("--bytes=256MiB",
+                           "--conf=max_chunk:0,large_chunk:0,make_chunks:false"),
+                   256 * MiB, 128, made=False)
 
     def test_large_requests_move_in_large_chunks(self):
         # 1 GiB in 64 chunks of 16 MiB (client/chunk_sizing.h: at least 64

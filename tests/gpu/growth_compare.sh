@@ -5,8 +5,8 @@
 # native PyTorch (issue 17), in one call, runs interleaved:
 #   1. gmlake-growth-bench, leasing ahead in the background on and off;
 #   2. llama1b's creation and first two steps (tests/gpu/first_steps.py):
-#      native, embedded, gmlaked, gmlaked without the background lease,
-#      REPS times (with GMLake's counters: driver time by call, time in the
+#      native, embedded, gmlaked (chunks the process makes), gmlaked with
+#      make_chunks:false (chunks gmlaked makes and exports), REPS times (with GMLake's counters: driver time by call, time in the
 #      lake's acquires);
 #   3. the colocation pair's inference role alone (its stitches and driver
 #      time, tests/gpu/with_stats.py), native and GMLake embedded.
@@ -53,7 +53,7 @@ for rep in $(seq 1 "${REPS}"); do
   first native GMLAKE_ENABLE=0
   first embedded GMLAKE_CONF=lake:embedded "${GMLAKE_BIN}/gmlake" run --
   first gmlaked GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock" "${GMLAKE_BIN}/gmlake" run --
-  first gmlaked_fg GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock,lease_ahead_background:false" "${GMLAKE_BIN}/gmlake" run --
+  first gmlaked_import GMLAKE_CONF="lake:daemon,socket:${sock}/g.sock,make_chunks:false" "${GMLAKE_BIN}/gmlake" run --
 done
 kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
 fi

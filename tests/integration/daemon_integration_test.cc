@@ -119,6 +119,41 @@ TEST(DaemonIntegration, SeveralClientsLeaseWriteReturnAndTheBooksBalance) {
 // At once: the session ends when its connections close, without waiting
 // for the liveness poll. (How long that takes on an idle machine is
 // printed, not asserted: timings belong in benchmarks.)
+// A client that makes its own chunks (LeaseRequest.client_makes): killed,
+// its memory goes with its process, and gmlaked counts the capacity free
+// again, with nothing of it to release or zero.
+TEST(DaemonIntegration, KilledClientsMadeChunksGiveTheirCapacityBack) {
+  std::unique_ptr<Daemon> d = StartDaemon({"--capacity=16MiB"});
+  ASSERT_NE(d, nullptr);
+  std::unique_ptr<ClientProcess> a =
+      StartClient(d.get(), {"--name=maker", "--make_chunks"});
+  ASSERT_NE(a, nullptr);
+  ASSERT_OK(a->Command("acquire 0 8"));
+  ASSERT_OK(a->Command("fill 0 171"));
+  absl::StatusOr<v1::StatusResponse> st = d->Status();
+  ASSERT_OK(st);
+  EXPECT_EQ(st->client_made_bytes_total(), 8 * kChunk);
+  EXPECT_EQ(st->devices(0).leased_chunks(), 8u);
+  ASSERT_BOOKS(d);
+  a->Kill(SIGKILL);
+  st = d->WaitFor(
+      [](const v1::StatusResponse& s) {
+        return s.sessions_size() == 0 && s.devices(0).leased_chunks() == 0;
+      },
+      kPatience);
+  ASSERT_OK(st);
+  EXPECT_EQ(st->devices(0).created_chunks(), 0u);
+  EXPECT_EQ(st->devices(0).free_chunks(), 0u);
+  EXPECT_EQ(st->zeroed_bytes(), 0u);
+  ASSERT_BOOKS(d);
+  // The whole capacity leases again.
+  std::unique_ptr<ClientProcess> b =
+      StartClient(d.get(), {"--name=next", "--make_chunks"});
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK(b->Command("acquire 0 8"));
+  ASSERT_BOOKS(d);
+}
+
 TEST(DaemonIntegration, KilledClientsChunksComeBack) {
   std::unique_ptr<Daemon> d = StartDaemon({"--capacity=16MiB"});
   ASSERT_NE(d, nullptr);

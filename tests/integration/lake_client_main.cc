@@ -59,6 +59,10 @@ ABSL_FLAG(uint64_t, lease_ahead, 0,
           "DaemonSourceOptions.lease_ahead_max (0: a lease per request, as "
           "the tests driving this client count them).");
 ABSL_FLAG(uint32_t, protocol_version, 0, "Protocol version to speak.");
+ABSL_FLAG(bool, make_chunks, false,
+          "DaemonSourceOptions.make_chunks: make new chunks here in the "
+          "capacity gmlaked leases (off: import gmlaked's, which the tests "
+          "of its books follow).");
 ABSL_FLAG(bool, reclaim, false, "Return held chunks under pressure.");
 ABSL_FLAG(absl::Duration, reconnect_wait, absl::Seconds(30),
           "How long an acquire waits for a gmlaked that is gone to be back.");
@@ -239,6 +243,7 @@ int Main() {
   o.protocol_version = absl::GetFlag(FLAGS_protocol_version);
   o.reconnect_wait = absl::GetFlag(FLAGS_reconnect_wait);
   o.lease_ahead_max = absl::GetFlag(FLAGS_lease_ahead);
+  o.make_chunks = absl::GetFlag(FLAGS_make_chunks);
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
   if (!src.ok()) {
