@@ -423,6 +423,38 @@ TEST_F(AllocatorTest, HistoryRecordsAllocsFreesMappingsAndOoms) {
           .empty());
 }
 
+// PyTorch's enabled="state": no history, and each live block keeps the
+// stack of the malloc that handed it out (blocks[].frames), until freed or
+// recording stops.
+TEST_F(AllocatorTest, LiveBlocksKeepTheirStacksWithoutAHistory) {
+  Make(8 * kChunk);
+  allocator_->RecordHistory(0, StackKind::kAll, HistoryContext::kState,
+                            /*clear=*/true);
+  DevicePtr kept = MustMalloc(3 * 4096, 7);
+  allocator_->RecordHistory(0, StackKind::kNone, HistoryContext::kNone,
+                            /*clear=*/true);
+  DevicePtr later = MustMalloc(5 * 4096, 7);
+  const nlohmann::json snap = nlohmann::json::parse(allocator_->SnapshotJson());
+  EXPECT_TRUE(snap["device_traces"][0].empty());
+  int seen = 0;
+  for (const auto& seg : snap["segments"]) {
+    for (const auto& b : seg["blocks"]) {
+      if (b["address"] == kept) {
+        ++seen;
+        EXPECT_FALSE(b["frames"].empty()) << b;
+      }
+      if (b["address"] == later) {
+        ++seen;
+        EXPECT_TRUE(b["frames"].empty()) << b;
+      }
+      if (b["state"] == "inactive") EXPECT_TRUE(b["frames"].empty()) << b;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+  ASSERT_TRUE(allocator_->Free(kept).ok());
+  ASSERT_TRUE(allocator_->Free(later).ok());
+}
+
 // PyTorch's context argument: which events carry their stack ("alloc": the
 // allocations and what they map, "all": the frees too, "state": none in the
 // history); and _set_memory_metadata's string on every event recorded while

@@ -46,6 +46,9 @@ struct Block {
   // whose free came before a wait for every stream is no longer in use.
   uint64_t free_seq = 0;
   BlockState state = BlockState::kDetached;
+  // Allocated: the stack of the malloc that handed it out, while history
+  // keeps stacks of live blocks (TraceRecorder::block_stacks; ~0: none).
+  uint32_t stack = ~uint32_t{0};
 
   DevicePtr end() const { return addr + size; }
 };

@@ -166,6 +166,8 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
   }
   b->state = BlockState::kAllocated;
   b->requested = requested;
+  b->stack = trace_.block_stacks() ? TraceRecorder::CurrentStack()
+                                   : StackCapture::kNoStack;
   live_[b->addr] = b;
   ++stats_.num_mallocs;
   stats_.allocated_bytes.Add(static_cast<int64_t>(b->size), small);
@@ -1577,7 +1579,8 @@ void DeviceAllocator::AppendSegmentJson(const Arena& a, const Block* head,
         ",\"size\":", b->size, ",\"requested_size\":", live ? b->requested : 0,
         ",\"state\":\"",
         live ? "active_allocated" : (act ? "active_pending_free" : "inactive"),
-        "\",\"frames\":[]}");
+        "\",\"frames\":",
+        live ? trace_.FramesJson(b->stack) : std::string("[]"), "}");
   }
   // PyTorch's segment_pool_id: the private pool (graph or MemPool) the
   // segment's memory serves, (0, 0) for default memory.

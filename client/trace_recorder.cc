@@ -69,13 +69,30 @@ TraceRecorder::CallScope::CallScope(TraceRecorder* recorder, CallKind kind) {
   outer_ = current_stack;
   const HistoryContext context =
       recorder->context_.load(std::memory_order_relaxed);
+  // Allocations keep their stack for the live block whatever the context
+  // (but none); frees only for the history's "all".
   const bool wanted =
       context == HistoryContext::kAll ||
-      (context == HistoryContext::kAlloc && kind == CallKind::kAllocates);
+      (context != HistoryContext::kNone && kind == CallKind::kAllocates);
   // No stack wanted: none captured either (the GIL and a walk saved).
   current_stack = wanted ? recorder->capture_.Capture(recorder->stacks_.load(
                                std::memory_order_relaxed))
                          : StackCapture::kNoStack;
+}
+
+uint32_t TraceRecorder::CurrentStack() { return current_stack; }
+
+std::string TraceRecorder::FramesJson(uint32_t stack) const {
+  std::string out = "[";
+  bool first = true;
+  for (const Frame& f : capture_.Frames(stack)) {
+    absl::StrAppend(
+        &out, first ? "" : ",", "{\"filename\":", JsonString(f.filename),
+        ",\"line\":", f.line, ",\"name\":", JsonString(f.name), "}");
+    first = false;
+  }
+  absl::StrAppend(&out, "]");
+  return out;
 }
 
 TraceRecorder::CallScope::~CallScope() {
@@ -95,7 +112,10 @@ void TraceRecorder::Configure(size_t max_entries, StackKind stacks,
   max_entries_ = max_entries;
   stacks_.store(stacks, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
-  on_.store(max_entries != 0, std::memory_order_relaxed);
+  const bool blocks =
+      context != HistoryContext::kNone && stacks != StackKind::kNone;
+  block_stacks_.store(blocks, std::memory_order_relaxed);
+  on_.store(max_entries != 0 || blocks, std::memory_order_relaxed);
 }
 
 void TraceRecorder::SetUserMetadata(const std::string& metadata) {
@@ -116,7 +136,10 @@ void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
   e.stream = stream;
   e.time_us = absl::ToUnixMicros(absl::Now());
   e.device_free = device_free;
-  e.stack = current_stack;
+  // "state": the stack is the live block's, not the event's.
+  e.stack = context_.load(std::memory_order_relaxed) == HistoryContext::kState
+                ? StackCapture::kNoStack
+                : current_stack;
   e.user_metadata = current_metadata_;
   if (ring_.size() < max_entries_) {
     ring_.push_back(e);
@@ -150,16 +173,7 @@ std::string TraceRecorder::ToJson() const {
     if (e.action == TraceAction::kOom) {
       absl::StrAppend(&out, ",\"device_free\":", e.device_free);
     }
-    absl::StrAppend(&out, ",\"frames\":[");
-    bool first_frame = true;
-    for (const Frame& f : capture_.Frames(e.stack)) {
-      absl::StrAppend(&out, first_frame ? "" : ",",
-                      "{\"filename\":", JsonString(f.filename),
-                      ",\"line\":", f.line, ",\"name\":", JsonString(f.name),
-                      "}");
-      first_frame = false;
-    }
-    absl::StrAppend(&out, "]}");
+    absl::StrAppend(&out, ",\"frames\":", FramesJson(e.stack), "}");
     first = false;
   }
   absl::StrAppend(&out, "]");

@@ -40,13 +40,14 @@ enum class TraceAction : uint8_t {
 
 const char* TraceActionName(TraceAction action);
 
-// Which events carry their call's stack: PyTorch's
-// _record_memory_history(context=...).
+// Which stacks are kept: PyTorch's _record_memory_history(context=...).
+// Every one but kNone keeps the stack of each live block (the snapshot's
+// blocks[].frames).
 enum class HistoryContext : uint8_t {
   kNone,   // none
-  kState,  // none in the history (PyTorch keeps them for live blocks)
-  kAlloc,  // allocations (and what they map)
-  kAll,    // allocations and frees
+  kState,  // live blocks' only: no event in the history carries one
+  kAlloc,  // and the history's allocations (and what they map)
+  kAll,    // and its frees
 };
 
 // Whether the entry point is an allocation or gives memory back (a free,
@@ -83,8 +84,20 @@ class TraceRecorder {
   // Starts recording the last `max_entries` events (0 stops), with stacks
   // of `stacks` kind on the events `context` says; `clear` drops what was
   // recorded so far.
+  // Live blocks keep stacks whenever `context` and `stacks` ask for any,
+  // even with max_entries 0 (PyTorch's enabled="state": no history).
   void Configure(size_t max_entries, StackKind stacks, HistoryContext context,
                  bool clear);
+  // Whether live blocks keep the stack of their malloc (CurrentStack()).
+  bool block_stacks() const {
+    return block_stacks_.load(std::memory_order_relaxed);
+  }
+  // The stack of the allocator call this thread is in (CallScope), or
+  // StackCapture::kNoStack.
+  static uint32_t CurrentStack();
+  // `stack`'s frames as a JSON array of PyTorch's frames ({"filename",
+  // "line", "name"}); [] for kNoStack.
+  std::string FramesJson(uint32_t stack) const;
   // The string that every event recorded from now on carries as its
   // "user_metadata" (torch.cuda.memory._set_memory_metadata; "" for none).
   void SetUserMetadata(const std::string& metadata);
@@ -107,6 +120,7 @@ class TraceRecorder {
   std::atomic<bool> on_{false};
   std::atomic<StackKind> stacks_{StackKind::kNone};
   std::atomic<HistoryContext> context_{HistoryContext::kNone};
+  std::atomic<bool> block_stacks_{false};
   StackCapture capture_;
   mutable Mutex mu_;
   size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;

@@ -306,6 +306,24 @@ class SnapshotTest(WithLake):
         with self.assertRaises(TypeError):
             gmlake.set_memory_metadata(7)
 
+    def test_state_keeps_the_stacks_of_live_blocks(self):
+        # PyTorch's test_memory_snapshot_script: enabled="state" records no
+        # history, and a live block names the caller that allocated it.
+        gmlake.record_memory_history(enabled="state", stacks="python",
+                                     clear_history=True)
+        try:
+            p = self.allocate_here(311 * 411 * 4, 0)
+            snap = gmlake.memory_snapshot()
+        finally:
+            gmlake.record_memory_history(enabled=None)
+        self.assertEqual(snap["device_traces"], [[]])
+        blocks = [b for s in snap["segments"] for b in s["blocks"]
+                  if b["requested_size"] == 311 * 411 * 4]
+        self.assertEqual(len(blocks), 1)
+        names = [f["name"] for f in blocks[0]["frames"]]
+        self.assertIn("SnapshotTest.allocate_here", names)
+        lib().gmlake_free(p)
+
     def test_history_off_records_nothing(self):
         gmlake.record_memory_history(enabled=None, clear_history=True)
         p = malloc(MiB)

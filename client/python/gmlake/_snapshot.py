@@ -58,10 +58,12 @@ def record_history(enabled="all", context="all", stacks="all",
                    max_entries=sys.maxsize, clear_history=False):
     """PyTorch's torch.cuda.memory._record_memory_history for GMLake.
 
-    enabled: "all" records every alloc/free/segment event (None stops;
-    "state" stops too: GMLake keeps no stacks for live blocks alone).
-    context: which events carry their stack: "all" allocations and frees,
-    "alloc" allocations (and what they map), "state" and None none.
+    enabled: "all" records every alloc/free/segment event; "state" records
+    none, and keeps the stack of each live block (a snapshot's
+    blocks[].frames); None stops both.
+    context: which stacks are kept: live blocks' with "state", and the
+    history's allocations (and what they map) with "alloc", and its frees
+    too with "all"; None keeps none.
     stacks: "python" (Python frames) or "all" (Python and C++ frames).
     max_entries: keep the last this many events per device.
     """
@@ -75,6 +77,8 @@ def record_history(enabled="all", context="all", stacks="all",
     if int(max_entries) < 0:
         raise ValueError(f"max_entries must not be negative, not {max_entries}")
     entries = int(max_entries) if enabled == "all" else 0
+    if enabled is None:
+        context = None
     kind = _STACKS[stacks] if context is not None else _STACKS[None]
     _lib.check(_lib.load().gmlake_record_history(
         min(entries, 2**64 - 1), kind, _CONTEXTS[context],
