@@ -66,14 +66,25 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   // once the socket exists: one made before backs off its reconnection
   // for seconds after the first refusal.
   const absl::Time deadline = absl::Now() + ready_timeout;
+  // A gmlaked that refused its flags is gone at once: said so then, not
+  // after the whole wait.
+  auto gone = [&]() -> absl::Status {
+    absl::StatusOr<int> code = d->child_->Wait(absl::ZeroDuration());
+    if (!code.ok()) return absl::OkStatus();  // still running
+    return absl::FailedPreconditionError(
+        absl::StrCat("gmlaked (", gmlaked, ") exited with status ", *code,
+                     " before it answered (see its log above)"));
+  };
   struct stat st;
   while (::stat(d->socket_.c_str(), &st) != 0 && absl::Now() < deadline) {
+    if (absl::Status g = gone(); !g.ok()) return g;
     absl::SleepFor(absl::Milliseconds(10));
   }
   d->stub_ = v1::Lake::NewStub(grpc::CreateChannel(
       "unix:" + d->socket_, grpc::InsecureChannelCredentials()));
   absl::StatusOr<v1::StatusResponse> status = d->Status();
   while (!status.ok() && absl::Now() < deadline) {
+    if (absl::Status g = gone(); !g.ok()) return g;
     absl::SleepFor(absl::Milliseconds(20));
     status = d->Status();
   }
