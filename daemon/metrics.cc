@@ -180,6 +180,10 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
           "Free chunks of other sizes released to make room for a lease's "
           "new chunks.",
           st.recycled_bytes());
+  Counter(&t, "gmlake_client_made_bytes_total",
+          "Bytes leased as capacity for chunks their clients made "
+          "(LeaseRequest.client_makes).",
+          st.client_made_bytes_total());
   Counter(&t, "gmlake_reclaimed_bytes_total",
           "Bytes taken back from sessions that ended holding them (process "
           "gone, connection dropped, closed without returning).",

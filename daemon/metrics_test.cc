@@ -44,6 +44,7 @@ TEST(Metrics, EveryFigureOfStatusIsASeries) {
   handoff->set_sum(0.036);
   handoff->set_count(1);
   st.set_recycled_bytes(32 << 20);
+  st.set_client_made_bytes_total(uint64_t{6} << 30);
 
   const std::string text = RenderMetrics(st);
   EXPECT_THAT(text, HasSubstr("gmlake_info{backend=\"host\",protocol=\"1\","
@@ -77,6 +78,9 @@ TEST(Metrics, EveryFigureOfStatusIsASeries) {
                               "gmlake_handoff_seconds_count 1\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE gmlake_recycled_bytes_total counter\n"
                               "gmlake_recycled_bytes_total 33554432\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# TYPE gmlake_client_made_bytes_total counter\n"
+                        "gmlake_client_made_bytes_total 6442450944\n"));
   EXPECT_THAT(text, HasSubstr("gmlake_release_idle_seconds 60\n"));
 }
 
