@@ -295,38 +295,32 @@ std::vector<ChunkBooks::Released> ChunkBooks::Recycle(int device, uint64_t size,
 }
 
 void ChunkBooks::AddMade(Reservation* r, std::vector<MadeChunk> made) {
-  Device& d = devices_[r->device];
-  d.counts.creating_bytes -=
-      std::min(d.counts.creating_bytes, r->to_create * r->chunk_bytes);
-  for (size_t i = 0; i < made.size() && i < r->to_create; ++i) {
-    auto c = std::make_unique<Chunk>();
-    c->id = next_id_++;
-    c->device = r->device;
-    c->handle = made[i].handle;
-    c->size = r->chunk_bytes;
-    c->fd = std::move(made[i].fd);
-    c->identity = made[i].identity;
-    if (c->identity.known()) by_identity_[c->identity] = c->id;
-    c->state = State::kReserved;
-    c->lease = r->lease;
-    d.counts.created.Add(c->size);
-    d.counts.reserved.Add(c->size);
-    r->made.push_back(c->id);
-    chunks_[c->id] = std::move(c);
-  }
-  r->to_create = 0;
+  FileMade(r, &made);
 }
 
-void ChunkBooks::AddClientMade(Reservation* r) {
+void ChunkBooks::AddClientMade(Reservation* r) { FileMade(r, nullptr); }
+
+void ChunkBooks::FileMade(Reservation* r, std::vector<MadeChunk>* made) {
   Device& d = devices_[r->device];
   d.counts.creating_bytes -=
       std::min(d.counts.creating_bytes, r->to_create * r->chunk_bytes);
-  for (uint64_t i = 0; i < r->to_create; ++i) {
+  // Its client's (made == null): one record per chunk it makes, no handle.
+  const uint64_t n = made == nullptr
+                         ? r->to_create
+                         : std::min<uint64_t>(made->size(), r->to_create);
+  for (uint64_t i = 0; i < n; ++i) {
     auto c = std::make_unique<Chunk>();
     c->id = next_id_++;
     c->device = r->device;
     c->size = r->chunk_bytes;
-    c->client_made = true;
+    if (made == nullptr) {
+      c->client_made = true;
+    } else {
+      c->handle = (*made)[i].handle;
+      c->fd = std::move((*made)[i].fd);
+      c->identity = (*made)[i].identity;
+      if (c->identity.known()) by_identity_[c->identity] = c->id;
+    }
     c->state = State::kReserved;
     c->lease = r->lease;
     d.counts.created.Add(c->size);

@@ -302,6 +302,9 @@ class ChunkBooks {
   // The chunks `r` still holds as it left them; others are logged.
   std::vector<Chunk*> HeldBy(const Reservation& r) const;
   void MakeFree(Chunk* c);
+  // Files the chunks made for `r` (AddMade), or with `made` null the
+  // records of those its client makes (AddClientMade).
+  void FileMade(Reservation* r, std::vector<MadeChunk>* made);
   Tally* CounterOf(Device* d, State state);
   // Files chunk `c`, free, under its size and its last holder's uid.
   void ListFree(Device* d, const Chunk& c);
