@@ -447,7 +447,9 @@ TEST_F(AllocatorTest, LiveBlocksKeepTheirStacksWithoutAHistory) {
         ++seen;
         EXPECT_TRUE(b["frames"].empty()) << b;
       }
-      if (b["state"] == "inactive") EXPECT_TRUE(b["frames"].empty()) << b;
+      if (b["state"] == "inactive") {
+        EXPECT_TRUE(b["frames"].empty()) << b;
+      }
     }
   }
   EXPECT_EQ(seen, 2);
