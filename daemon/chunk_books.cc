@@ -58,14 +58,14 @@ uint64_t ChunkBooks::free_bytes_of_size(int device, uint64_t size) const {
 }
 
 bool ChunkBooks::CanReserve(int device, uint64_t count, uint64_t size,
-                            bool may_grow, uint64_t* short_bytes,
+                            uint64_t grow_limit, uint64_t* short_bytes,
                             bool client_makes) const {
   const Device& d = devices_[device];
   const uint64_t want = count * size;
   const uint64_t reuse =
       client_makes ? 0 : std::min(want, free_bytes_of_size(device, size));
   const uint64_t to_make = want - reuse;
-  uint64_t have = may_grow ? room(device) : 0;
+  uint64_t have = std::min(room(device), grow_limit);
   // Free chunks of other sizes (of any, for a client's own) that could be
   // released to make room (pinned ones are being exported: not now).
   for (auto it = d.free_by_size.begin();
@@ -206,7 +206,8 @@ uint64_t ChunkBooks::AddFree(int device, ChunkHandle handle, uint64_t size,
 ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
                                             int64_t uid, int device,
                                             uint64_t count, uint64_t size,
-                                            bool may_grow, bool client_makes) {
+                                            uint64_t grow_limit,
+                                            bool client_makes) {
   Reservation r;
   r.client_makes = client_makes;
   r.lease = lease;
@@ -258,7 +259,7 @@ ChunkBooks::Reservation ChunkBooks::Reserve(uint64_t lease, uint64_t session,
   }
   r.to_create = count - r.clean.size() - r.dirty.size();
   const uint64_t to_make = r.to_create * size;
-  const uint64_t room_left = may_grow ? room(device) : 0;
+  const uint64_t room_left = std::min(room(device), grow_limit);
   if (to_make > room_left) {
     r.recycled = Recycle(device, client_makes ? 0 : size, to_make - room_left);
   }

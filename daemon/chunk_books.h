@@ -100,14 +100,18 @@ class ChunkBooks {
   uint64_t room(int device) const;
   // Free chunks of `size` bytes on `device`, in bytes.
   uint64_t free_bytes_of_size(int device, uint64_t size) const;
+  // No bound on the room a lease may grow into (CanReserve, Reserve).
+  static constexpr uint64_t kAnyGrowth = ~uint64_t{0};
   // Whether a lease of `count` chunks of `size` bytes on `device` can be
   // reserved now: from free chunks of that size, then by creating, in the
-  // room left if `may_grow`, and in the room that releasing free chunks of
-  // other sizes (not pinned) makes. If not, `*short_bytes` says by how much.
-  // `client_makes`: capacity only, in the room left and the room releasing
-  // any free chunk makes (none is leased for it).
-  bool CanReserve(int device, uint64_t count, uint64_t size, bool may_grow,
-                  uint64_t* short_bytes, bool client_makes = false) const;
+  // room left (at most `grow_limit` bytes of it), and in the room that
+  // releasing free chunks of other sizes (not pinned) makes. If not,
+  // `*short_bytes` says by how much. `client_makes`: capacity only, in the
+  // room left and the room releasing any free chunk makes (none is leased
+  // for it).
+  bool CanReserve(int device, uint64_t count, uint64_t size,
+                  uint64_t grow_limit, uint64_t* short_bytes,
+                  bool client_makes = false) const;
 
   // A chunk of `size` bytes made outside any lease (ahead of time): free
   // and fresh. `fd` is its kept export, or none when chunks are exported
@@ -149,7 +153,8 @@ class ChunkBooks {
   // `client_makes`: capacity for all `count`, none from free chunks (those
   // of any size are recycled where the room is short).
   Reservation Reserve(uint64_t lease, uint64_t session, int64_t uid, int device,
-                      uint64_t count, uint64_t size, bool may_grow = true,
+                      uint64_t count, uint64_t size,
+                      uint64_t grow_limit = kAnyGrowth,
                       bool client_makes = false);
   // Chunks made for `r` join it (reserved, fresh); the capacity set aside
   // for it is released, whether made or not.

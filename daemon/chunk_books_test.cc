@@ -366,11 +366,12 @@ TEST(ChunkBooksTest, LeasesOfLargeChunksReuseTheirSizeAndRecycleOthers) {
   // 3 large chunks: 1 free of the size, room for 1 (24 units left), and
   // the third from recycling the 8 small ones (and the room then is 32).
   uint64_t short_bytes = 0;
-  EXPECT_TRUE(b.CanReserve(0, 3, kLarge, true, &short_bytes));
+  EXPECT_TRUE(b.CanReserve(0, 3, kLarge, ChunkBooks::kAnyGrowth, &short_bytes));
   // Without growing, only the free large one and the recyclable 8 units.
-  EXPECT_FALSE(b.CanReserve(0, 3, kLarge, false, &short_bytes));
+  EXPECT_FALSE(b.CanReserve(0, 3, kLarge, 0, &short_bytes));
   EXPECT_EQ(short_bytes, 2 * kLarge - 8 * kChunk);
-  EXPECT_FALSE(b.CanReserve(0, 4, kLarge, true, &short_bytes));
+  EXPECT_FALSE(
+      b.CanReserve(0, 4, kLarge, ChunkBooks::kAnyGrowth, &short_bytes));
   EXPECT_EQ(short_bytes, kLarge);
   ChunkBooks::Reservation r = b.Reserve(3, 3, 1000, 0, 3, kLarge);
   EXPECT_EQ(r.clean.size(), 1u);
@@ -407,9 +408,11 @@ TEST(ChunkBooksTest, RecyclingSkipsPinnedChunks) {
   ASSERT_TRUE(b.Pin(1, {ids[0]}).ok());
   b.FreeAll(1);
   uint64_t short_bytes = 0;
-  EXPECT_FALSE(b.CanReserve(0, 1, 4 * kChunk, true, &short_bytes));
+  EXPECT_FALSE(
+      b.CanReserve(0, 1, 4 * kChunk, ChunkBooks::kAnyGrowth, &short_bytes));
   EXPECT_EQ(short_bytes, kChunk);
-  EXPECT_TRUE(b.CanReserve(0, 1, 3 * kChunk, true, &short_bytes));
+  EXPECT_TRUE(
+      b.CanReserve(0, 1, 3 * kChunk, ChunkBooks::kAnyGrowth, &short_bytes));
   ChunkBooks::Reservation r = b.Reserve(2, 2, 1000, 0, 1, 3 * kChunk);
   EXPECT_EQ(r.recycled.size(), 3u);
   for (const ChunkBooks::Released& c : r.recycled) EXPECT_NE(c.id, ids[0]);

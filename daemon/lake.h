@@ -434,9 +434,17 @@ class Lake {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes that left `s` on each device (holding before minus after) go to
   // its debts there, oldest first; with no debt there, the return was its
-  // own choice and lowers its peak.
+  // own choice and lowers its peak. `gone_bytes`: per device, what of it
+  // left the books as capacity (chunks its client made), credited to the
+  // debts' beneficiaries as room (Session::reclaimed_room).
   void NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
-                          absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          absl::Time now,
+                          std::map<int, uint64_t> gone_bytes = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The room `s` may grow into on `device` under --prefer_reclaim: what
+  // others gave back for it as capacity since it last gave back itself.
+  uint64_t RoomCreditLocked(const Session& s, int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A lease granted to `s`: its growth and peak.
   void NoteGrantLocked(Session* s, int device, uint64_t bytes, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -191,13 +191,20 @@ absl::StatusOr<bool> Lake::AdmitLeaseLocked(
     const uint64_t size =
         chunk_bytes != 0 ? chunk_bytes : books_.chunk_size(device);
     // With reclaim_first the lake does not grow: free chunks of the size,
-    // or of others released to make room, only.
-    const bool may_grow = !wait->reclaim_first;
+    // or of others released to make room, and the room others gave back
+    // for this session as capacity (chunks their clients made), only.
+    const uint64_t grow_limit = wait->reclaim_first
+                                    ? RoomCreditLocked(*s, device)
+                                    : ChunkBooks::kAnyGrowth;
     uint64_t short_bytes = 0;
-    if (books_.CanReserve(device, count, size, may_grow, &short_bytes,
+    if (books_.CanReserve(device, count, size, grow_limit, &short_bytes,
                           wait->client_makes)) {
       *r = books_.Reserve(next_lease_++, session, s->peer.uid, device, count,
-                          size, may_grow, wait->client_makes);
+                          size, grow_limit, wait->client_makes);
+      if (wait->reclaim_first) {
+        uint64_t& credit = s->reclaimed_room[device];
+        credit -= std::min(credit, r->to_create * size);
+      }
       for (const ChunkBooks::Released& c : r->recycled) {
         recycled_bytes_ += c.size;
       }
@@ -497,7 +504,8 @@ void Lake::SendAsksLocked(const Session& asker, int device,
 }
 
 void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
-                              absl::Time now) {
+                              absl::Time now,
+                              std::map<int, uint64_t> gone_bytes) {
   const ChunkBooks::Holding after = books_.holding(s->id);
   for (const auto& [device, was] : before.leased_by_device) {
     auto n = after.leased_by_device.find(device);
@@ -505,6 +513,8 @@ void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
         n == after.leased_by_device.end() ? 0 : n->second.bytes;
     uint64_t gone = was.bytes - std::min(was.bytes, now_held);
     if (gone == 0) continue;
+    // Giving back, it is growing no more: room others gave it is spent.
+    s->reclaimed_room.erase(device);
     bool owed = false;
     for (Session::PressureDebt& d : s->debts) {
       if (d.device != device) continue;
@@ -514,6 +524,14 @@ void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
       d.returned += take;
       d.last_progress = now;
       pressure_returned_bytes_ += take;
+      // Returned as capacity: room for the lease that asked.
+      uint64_t& as_room = gone_bytes[device];
+      const uint64_t credit = std::min(take, as_room);
+      as_room -= credit;
+      if (Session* b = sessions_.Live(d.beneficiary);
+          b != nullptr && credit > 0) {
+        b->reclaimed_room[device] += credit;
+      }
       gone -= take;
       if (gone == 0) break;
     }
@@ -521,6 +539,11 @@ void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
     if (!owed && s->pressure_outstanding == 0)
       s->growth[device].peak = now_held;
   }
+}
+
+uint64_t Lake::RoomCreditLocked(const Session& s, int device) const {
+  auto it = s.reclaimed_room.find(device);
+  return it == s.reclaimed_room.end() ? 0 : it->second;
 }
 
 void Lake::NoteGrantLocked(Session* s, int device, uint64_t bytes,
@@ -690,8 +713,17 @@ absl::StatusOr<uint64_t> Lake::ReturnChunks(
                         absl::StrCat(ok.message(), "; nothing was returned"));
   }
   const ChunkBooks::Holding before = books_.holding(session);
+  std::map<int, uint64_t> created_before;
+  for (int d = 0; d < books_.device_count(); ++d) {
+    created_before[d] = books_.counts(d).created.bytes;
+  }
   const uint64_t bytes = FreeChunksLocked(**found, chunk_ids);
-  NoteReturnedLocked(*found, before, absl::Now());
+  // What left the books (chunks their client made) rather than came free.
+  std::map<int, uint64_t> gone;
+  for (const auto& [d, was] : created_before) {
+    gone[d] = was - std::min(was, books_.counts(d).created.bytes);
+  }
+  NoteReturnedLocked(*found, before, absl::Now(), std::move(gone));
   // Returned before being claimed: they leave their pending lease.
   SessionTable::DropFromUnclaimed(
       *found,

@@ -107,6 +107,10 @@ class ReturningSink : public PressureSink {
   // notified: the slow answering thread of issue 16, made reproducible.
   // Call before the sink is attached.
   void HoldReportUntil(absl::Notification* gate) { report_gate_ = gate; }
+  // What its usage report says it still caches after the answer (default
+  // nothing): a session with more to give, that a lease could ask again.
+  // Call before the sink is attached.
+  void ReportCachedAfter(uint64_t bytes) { cached_after_ = bytes; }
 
   // Waits for the answer to the first request; returns how its Return and
   // ReportUsage went (FailedPrecondition if nothing was asked).
@@ -126,7 +130,7 @@ class ReturningSink : public PressureSink {
       std::vector<uint64_t> give(ids_.begin(), ids_.begin() + n);
       answer_ = lake_->Return(t_.id, t_.token, give).status();
       if (report_gate_ != nullptr) report_gate_->WaitForNotification();
-      DeviceUsageReport u{0, 0, 0};
+      DeviceUsageReport u{0, 0, cached_after_};
       absl::Status reported = lake_->ReportUsage(t_.id, t_.token, {u});
       if (answer_.ok()) answer_ = reported;
     });
@@ -139,6 +143,7 @@ class ReturningSink : public PressureSink {
   std::vector<uint64_t> ids_;
   uint64_t chunk_bytes_;
   absl::Notification* report_gate_ = nullptr;
+  uint64_t cached_after_ = 0;
   std::thread thread_;
   absl::Status answer_;  // written by thread_, read after it is joined
 };

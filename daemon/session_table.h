@@ -118,6 +118,11 @@ struct Session {
     uint64_t peak = 0;
   };
   std::map<int, Growth> growth;
+  // Per device: capacity other sessions gave back for this one's leases
+  // under pressure as chunks their clients made (gone, not free in the
+  // lake), until it gives back itself. Under --prefer_reclaim its leases
+  // grow into it without asking again (Lake::AdmitLeaseLocked).
+  std::map<int, uint64_t> reclaimed_room;
   // Leases granted and not claimed yet (their descriptors not delivered).
   struct Unclaimed {
     std::vector<uint64_t> chunk_ids;

@@ -49,6 +49,10 @@ TEST_P(LakeShareModes,
   // ones must have given memory back.
   EXPECT_GT(r->sum_of_process_peaks_bytes, r->capacity_bytes);
   EXPECT_GT(r->phases.back().pressure_requests, 0u);
+  // Capacity given back as chunks their clients made (gone, not free) is
+  // room for the lease that asked: without that, --prefer_reclaim asked
+  // again at every look (1,387 requests; 73 with it, 25 plain).
+  EXPECT_LE(r->phases.back().pressure_requests, 400u);
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndPreferReclaim, LakeShareModes,
