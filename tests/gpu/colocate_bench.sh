@@ -14,6 +14,7 @@
 #   (PAIR_TIMEOUT bounds each pair, NATIVE_TIMEOUT native's alone)
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
+mkdir -p "${OUT}"
 export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/wheel_venv.sh"
 REPS="${REPS:-3}"
