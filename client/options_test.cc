@@ -58,12 +58,22 @@ TEST(OptionsTest, CoversAreSetInBytesAndAFraction) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->cover_tail, uint64_t{4} << 20);
   EXPECT_DOUBLE_EQ(o->cover_after, 0.01);
-  EXPECT_EQ(ParseConf("")->cover_tail, uint64_t{8} << 20);
+  EXPECT_EQ(ParseConf("")->cover_tail, uint64_t{32} << 20);
   EXPECT_DOUBLE_EQ(ParseConf("")->cover_after, 0.002);
   auto b = ParseConf("cover_after:2");
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("cover_after"), std::string::npos)
       << b.status();
+}
+
+// 8 GiB by default (docs/design.md, "A KV cache that grows"); 0 keeps the
+// bound of before, what is reserved plus 2 GiB.
+TEST(OptionsTest, DormantViewsAreBoundAtEightGiBUnlessSet) {
+  EXPECT_EQ(ParseConf("")->max_dormant, uint64_t{8} << 30);
+  auto o = ParseConf("max_dormant:0");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->max_dormant, 0u);
+  EXPECT_EQ(ParseConf("max_dormant:512MiB")->max_dormant, uint64_t{512} << 20);
 }
 
 // An arena's page tables are sized by it: an absurd arena would be a
