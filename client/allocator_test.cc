@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/embedded_lake.h"
 #include "common/host_backend.h"
@@ -909,6 +910,46 @@ TEST_F(AllocatorTest, DormantPagesAreUnmappedOnlyPastEveryStream) {
   EXPECT_EQ(allocator_->stats(0).host_waits, 0);
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
   for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());
+}
+
+// A tensor that grows a little (a KV cache, a token a step) is served by
+// growing the free block it was in, when the old pages of chunks a stitch
+// took stand right after it: they are unmapped (the streams are past them)
+// and one page is mapped, not a fresh view of every page.
+TEST_F(AllocatorTest, AFreeBlockGrowsInPlacePastDormantPages) {
+  for (const char* reach : {"", "grow_reach:0"}) {
+    SCOPED_TRACE(reach);
+    Make(64 * kChunk, absl::StrCat("max_chunk:2MiB,grow_slack:0,", reach));
+    // One segment: b (20 pages), c (4), d (1).
+    const DevicePtr b = MustMalloc(20 * kChunk);
+    const DevicePtr c = MustMalloc(4 * kChunk);
+    const DevicePtr d = MustMalloc(kChunk);
+    ASSERT_EQ(c, b + 20 * kChunk);
+    ASSERT_EQ(d, c + 4 * kChunk);
+    // A request c cannot hold takes c's chunks: its pages go dormant, and
+    // b's segment now ends where they begin.
+    ASSERT_TRUE(allocator_->Free(c).ok());
+    const DevicePtr e = MustMalloc(5 * kChunk);
+    ASSERT_EQ(allocator_->stats(0).dormant_chunks, 4);
+    ASSERT_TRUE(allocator_->Free(b).ok());
+    // One page more than b.
+    const VmmCallSnapshot before = host_->call_stats();
+    const DevicePtr grown = MustMalloc(21 * kChunk);
+    const VmmCallSnapshot calls = host_->call_stats() - before;
+    if (std::string(reach).empty()) {
+      EXPECT_EQ(grown, b) << "grown in place";
+      EXPECT_EQ(calls.Count(VmmCall::kMap), 1u);
+      EXPECT_EQ(calls.Count(VmmCall::kUnmap), 1u);
+      EXPECT_EQ(allocator_->stats(0).dormant_chunks, 3);
+    } else {
+      EXPECT_NE(grown, b) << "a new view";
+      EXPECT_EQ(calls.Count(VmmCall::kMap), 21u);
+    }
+    EXPECT_EQ(calls.Count(VmmCall::kEventSync), 0u);
+    EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+    EXPECT_TRUE(allocator_->CheckInvariants().ok());
+    for (DevicePtr p : {grown, d, e}) ASSERT_TRUE(allocator_->Free(p).ok());
+  }
 }
 
 // Memory last used on another stream is handed over on the device: the

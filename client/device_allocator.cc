@@ -519,32 +519,41 @@ void DeviceAllocator::UnmapDormant(bool settled) {
     const size_t bound = static_cast<size_t>(limit / page_size_);
     if (dormant_pages_ <= bound || !PassFence()) return;
   }
-  // Take the runs of unmappable dormant chunks out of the books, in flight.
+  std::vector<DormantSpan> spans;
+  for (auto* arenas : {&large_arenas_, &small_arenas_}) {
+    for (auto& a : *arenas) {
+      for (const auto& [first, end] : a->dormant_runs) {
+        AppendUnmappable(a.get(), first, end, &spans);
+      }
+    }
+  }
+  UnmapSpans(spans);
+}
+
+void DeviceAllocator::AppendUnmappable(Arena* a, size_t first, size_t end,
+                                       std::vector<DormantSpan>* out) const {
+  size_t start = first;
+  for (size_t q = first; q < end; q += a->dormant_pages[q]) {
+    if (a->dormant_gen[q] > done_gen_) {
+      if (start < q) out->push_back({a, start, q});
+      start = q + a->dormant_pages[q];
+    }
+  }
+  if (start < end) out->push_back({a, start, end});
+}
+
+void DeviceAllocator::UnmapSpans(absl::Span<const DormantSpan> spans) {
+  // Take the spans out of the books, in flight.
   struct Run {
     Arena* arena;
     size_t first;
     std::vector<SizedChunk> chunks;
   };
   std::vector<Run> runs;
-  for (auto* arenas : {&large_arenas_, &small_arenas_}) {
-    for (auto& a : *arenas) {
-      std::vector<std::pair<size_t, size_t>> spans;
-      for (const auto& [first, end] : a->dormant_runs) {
-        size_t start = first;
-        for (size_t q = first; q < end; q += a->dormant_pages[q]) {
-          if (a->dormant_gen[q] > done_gen_) {
-            if (start < q) spans.push_back({start, q});
-            start = q + a->dormant_pages[q];
-          }
-        }
-        if (start < end) spans.push_back({start, end});
-      }
-      for (auto [first, end] : spans) {
-        runs.push_back({a.get(), first, ForgetDormant(a.get(), first, end)});
-        a->in_flight[first] = end - first;
-        dormant_pages_ -= end - first;
-      }
-    }
+  for (const DormantSpan& d : spans) {
+    runs.push_back({d.arena, d.first, ForgetDormant(d.arena, d.first, d.end)});
+    d.arena->in_flight[d.first] = d.end - d.first;
+    dormant_pages_ -= d.end - d.first;
   }
   if (runs.empty()) return;
   std::vector<bool> unmapped(runs.size(), false);
@@ -569,6 +578,50 @@ void DeviceAllocator::UnmapDormant(bool settled) {
       --stats_.dormant_chunks;
     }
   }
+}
+
+bool DeviceAllocator::ClearRoomToGrow(Pool* pool, size_t size) {
+  // The free block closest below `size` that ends its segment, with
+  // dormant pages right after it: a stitch left them there, and they stop
+  // the block from growing by its shortfall. (A tensor that grows a little
+  // each step, as a KV cache in Hugging Face's generate, otherwise gets a
+  // fresh view of every chunk each time: docs/design.md.)
+  Block* best = nullptr;
+  pool->free.ForEach([&](Block* b) {
+    mu_.AssertHeld();  // held by our caller; tells the lock checker
+    if (b->size >= size || b != b->segment->tail) return;
+    if (best != nullptr && b->size <= best->size) return;
+    const Arena* a = b->segment->arena;
+    const size_t end = b->segment->end_page();
+    if (end < a->num_pages && a->dormant[end] != 0) best = b;
+  });
+  if (best == nullptr || !GrowInPlace(best->size, size, options_.grow_reach)) {
+    return false;
+  }
+  Arena* a = best->segment->arena;
+  const size_t first = best->segment->end_page();
+  const size_t need = (size - best->size + page_size_ - 1) / page_size_;
+  // Whole dormant chunks over the pages it needs, up to the first page that
+  // is not dormant (a gap, or mapped: the plan sees which).
+  size_t end = first;
+  while (end < a->num_pages && end < first + need && a->dormant[end] != 0) {
+    end += a->dormant_pages[end];
+  }
+  for (size_t q = first; q < end; q += a->dormant_pages[q]) {
+    if (a->dormant_gen[q] > done_gen_) {
+      // Still in use, perhaps, by work queued before the stitch: ask the
+      // fence (a query, never a wait; the first call records it, the second
+      // finds it passed when the streams are idle) and else try again on a
+      // later request.
+      if (!PassFence() && !PassFence()) return false;
+      // The fence passed with the lock down: look again.
+      return ClearRoomToGrow(pool, size);
+    }
+  }
+  std::vector<DormantSpan> spans;
+  AppendUnmappable(a, first, end, &spans);
+  UnmapSpans(spans);
+  return true;
 }
 
 Block* DeviceAllocator::FreeBlockAt(Arena* arena, size_t page) const {
@@ -896,6 +949,9 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     }
     if (options_.stitch && !capture) {
       if (Block* b = Reactivate(pool, size)) return b;
+    }
+    if (attempt == 0 && !capture && !pool->small && options_.grow_reach > 0) {
+      ClearRoomToGrow(pool, size);
     }
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
     if (!plan.ok()) return plan.status();

@@ -213,6 +213,27 @@ class DeviceAllocator {
   // just settled), else, only while more pages are dormant than the bound,
   // those older than the last fence passed. Releases mu_ for the calls.
   void UnmapDormant(bool settled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dormant pages [first, end) of `arena`.
+  struct DormantSpan {
+    Arena* arena;
+    size_t first;
+    size_t end;
+  };
+  // The spans of [first, end), a dormant run of `a`, that no stream can
+  // use any more (dormant before the last fence passed).
+  void AppendUnmappable(Arena* a, size_t first, size_t end,
+                        std::vector<DormantSpan>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps `spans` and forgets them. Releases mu_ for the calls.
+  void UnmapSpans(absl::Span<const DormantSpan> spans)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the free block of `pool` that comes nearest below `size` ends its
+  // segment and dormant pages follow it, unmaps those its shortfall needs
+  // (if no stream can use them any more), so the plan can grow the block
+  // in place instead of stitching all of a new view. True when it did.
+  // Releases mu_.
+  bool ClearRoomToGrow(Pool* pool, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The fence: events recorded on every stream this device has seen. The
   // first call records it; later calls query it (the host never waits) and
   // return true once it has completed, advancing done_gen_ over every

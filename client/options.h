@@ -62,6 +62,11 @@ struct AllocatorOptions {
   // H200); a little slack lets the sizes of a training step settle with far
   // fewer stitches (docs/design.md). 0: stitch whenever free chunks exist.
   double grow_slack = 0.005;
+  // grow_reach: a request no free block fits grows a free block in place
+  // when that block is short of it by at most this share of the request,
+  // unmapping the old pages of stolen chunks (dormant, below) that stand
+  // in its way (docs/design.md, "A KV cache that grows"). 0: never.
+  double grow_reach = 0.0625;
   // cover_tail: when every free chunk is larger than what a mapping still
   // misses, the smallest of them is mapped whole if its extra bytes, at
   // most this many, fit unmapped beside the mapping: they become a free

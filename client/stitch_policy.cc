@@ -66,6 +66,12 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
          budget;
 }
 
+bool GrowInPlace(uint64_t block_size, uint64_t size, double reach) {
+  if (reach <= 0 || block_size >= size) return false;
+  return static_cast<double>(size - block_size) <=
+         reach * static_cast<double>(size);
+}
+
 bool BetterFit(size_t pages, size_t best, size_t rest) {
   const bool fits = pages <= rest, best_fits = best <= rest;
   if (fits != best_fits) return fits;

@@ -67,6 +67,11 @@ std::vector<size_t> OrderVictims(absl::Span<const VictimView> victims);
 bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
                           uint64_t allocated_peak, double slack);
 
+// Whether a free block of `block_size` bytes should grow in place to serve
+// `size` (clearing the way if need be) rather than the request take a new
+// view: when it misses at most `reach` x `size`.
+bool GrowInPlace(uint64_t block_size, uint64_t size, double reach);
+
 // Whether a chunk of `pages` serves a reclaim's `rest` (pages still to give
 // back) better than one of `best`: the largest no larger than the rest (no
 // more leaves than asked), else the smallest (the least beyond it).

@@ -68,6 +68,16 @@ TEST(GrowRatherThanStitchTest, GrowsWhileWithinTheSlack) {
   EXPECT_TRUE(GrowRatherThanStitch(0, 2 << 20, 2 << 20, 0.005));
 }
 
+TEST(GrowInPlaceTest, OnlyABlockShortByAtMostTheReach) {
+  const uint64_t mib = 1 << 20;
+  EXPECT_TRUE(GrowInPlace(1000 * mib, 1001 * mib, 0.0625));
+  EXPECT_TRUE(GrowInPlace(940 * mib, 1000 * mib, 0.0625));  // 6% short
+  EXPECT_FALSE(GrowInPlace(930 * mib, 1000 * mib, 0.0625));
+  EXPECT_FALSE(GrowInPlace(1000 * mib, 1000 * mib, 0.0625)) << "it fits";
+  EXPECT_FALSE(GrowInPlace(1200 * mib, 1000 * mib, 0.0625));
+  EXPECT_FALSE(GrowInPlace(1000 * mib, 1001 * mib, 0)) << "0: never";
+}
+
 TEST(BetterFitTest, LargestWithinTheRestElseSmallestBeyondIt) {
   EXPECT_TRUE(BetterFit(2, 1, 3));  // both fit: the larger
   EXPECT_FALSE(BetterFit(1, 2, 3));

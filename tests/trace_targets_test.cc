@@ -111,17 +111,20 @@ constexpr Case kCases[] = {
     {"llama1b_full_plain", true, 16885},
     {"llama3b_full_ckpt", true, 17078},
     {"llama1b_full_offload", true, 6572},
-    {"llama1b_infer", false, 2815},
+    {"llama1b_infer", false, 2668},
     {"llama1b_fsdp2", true, 4007},
     // Recorded for issue 19 (tests/gpu/record_traces.sh).
     {"llama3b_lora_ckpt", true, 0},
     {"llama3b_lora_offload", true, 0},
     {"llama7b_lora_ckpt", true, 0},
     {"llama7b_full_ckpt", true, 0},
-    {"llama1b_hf_trainer_dynamic", false, 0},  // new lengths every step
-    {"llama3b_infer_large", false, 58193},     // 95,412 before max_dormant:8GiB
+    // New lengths every step. The calls of this and the two traces of a
+    // growing KV cache before docs/design.md's "A KV cache that grows":
+    // 8,046, 95,412 and 76,586.
+    {"llama1b_hf_trainer_dynamic", false, 4782},
+    {"llama3b_infer_large", false, 48096},
     {"colocate_train", true, 0},
-    {"colocate_infer", false, 44357},  // 76,586 before max_dormant:8GiB
+    {"colocate_infer", false, 43688},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shipped, TraceTargetsTest, ::testing::ValuesIn(kCases),
