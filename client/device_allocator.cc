@@ -581,47 +581,51 @@ void DeviceAllocator::UnmapSpans(absl::Span<const DormantSpan> spans) {
 }
 
 bool DeviceAllocator::ClearRoomToGrow(Pool* pool, size_t size) {
-  // The free block closest below `size` that ends its segment, with
-  // dormant pages right after it: a stitch left them there, and they stop
-  // the block from growing by its shortfall. (A tensor that grows a little
-  // each step, as a KV cache in Hugging Face's generate, otherwise gets a
-  // fresh view of every chunk each time: docs/design.md.)
-  Block* best = nullptr;
-  pool->free.ForEach([&](Block* b) {
-    mu_.AssertHeld();  // held by our caller; tells the lock checker
-    if (b->size >= size || b != b->segment->tail) return;
-    if (best != nullptr && b->size <= best->size) return;
-    const Arena* a = b->segment->arena;
-    const size_t end = b->segment->end_page();
-    if (end < a->num_pages && a->dormant[end] != 0) best = b;
-  });
-  if (best == nullptr || !GrowInPlace(best->size, size, options_.grow_reach)) {
-    return false;
-  }
-  Arena* a = best->segment->arena;
-  const size_t first = best->segment->end_page();
-  const size_t need = (size - best->size + page_size_ - 1) / page_size_;
-  // Whole dormant chunks over the pages it needs, up to the first page that
-  // is not dormant (a gap, or mapped: the plan sees which).
-  size_t end = first;
-  while (end < a->num_pages && end < first + need && a->dormant[end] != 0) {
-    end += a->dormant_pages[end];
-  }
-  for (size_t q = first; q < end; q += a->dormant_pages[q]) {
-    if (a->dormant_gen[q] > done_gen_) {
-      // Still in use, perhaps, by work queued before the stitch: ask the
-      // fence (a query, never a wait; the first call records it, the second
-      // finds it passed when the streams are idle) and else try again on a
-      // later request.
-      if (!PassFence() && !PassFence()) return false;
-      // The fence passed with the lock down: look again.
-      return ClearRoomToGrow(pool, size);
+  // Twice at most: once more after the fence passed with the lock down.
+  for (int look = 0; look < 2; ++look) {
+    // The free block closest below `size` that ends its segment, with
+    // dormant pages right after it: a stitch left them there, and they stop
+    // the block from growing by its shortfall. (A tensor that grows a
+    // little each step, as a KV cache in Hugging Face's generate, otherwise
+    // gets a fresh view of every chunk each time: docs/design.md.)
+    Block* best = nullptr;
+    pool->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
+      if (b->size >= size || b != b->segment->tail) return;
+      if (best != nullptr && b->size <= best->size) return;
+      const Arena* a = b->segment->arena;
+      const size_t end = b->segment->end_page();
+      if (end < a->num_pages && a->dormant[end] != 0) best = b;
+    });
+    if (best == nullptr ||
+        !GrowInPlace(best->size, size, options_.grow_reach)) {
+      return false;
     }
+    Arena* a = best->segment->arena;
+    const size_t first = best->segment->end_page();
+    const size_t need = (size - best->size + page_size_ - 1) / page_size_;
+    // Whole dormant chunks over the pages it needs, up to the first page
+    // that is not dormant (a gap, or mapped: the plan sees which).
+    size_t end = first;
+    while (end < a->num_pages && end < first + need && a->dormant[end] != 0) {
+      end += a->dormant_pages[end];
+    }
+    bool in_use = false;
+    for (size_t q = first; q < end; q += a->dormant_pages[q]) {
+      in_use = in_use || a->dormant_gen[q] > done_gen_;
+    }
+    if (!in_use) {
+      std::vector<DormantSpan> spans;
+      AppendUnmappable(a, first, end, &spans);
+      UnmapSpans(spans);
+      return true;
+    }
+    // Perhaps still in use by work queued before the stitch: ask the fence
+    // (a query, never a wait; the first call records it, the second finds
+    // it passed when the streams are idle), else try on a later request.
+    if (!PassFence() && !PassFence()) return false;
   }
-  std::vector<DormantSpan> spans;
-  AppendUnmappable(a, first, end, &spans);
-  UnmapSpans(spans);
-  return true;
+  return false;
 }
 
 Block* DeviceAllocator::FreeBlockAt(Arena* arena, size_t page) const {
