@@ -581,6 +581,7 @@ void DeviceAllocator::UnmapSpans(absl::Span<const DormantSpan> spans) {
 }
 
 bool DeviceAllocator::ClearRoomToGrow(Pool* pool, size_t size) {
+  if (dormant_pages_ == 0) return false;  // nothing can stand in the way
   // Twice at most: once more after the fence passed with the lock down.
   for (int look = 0; look < 2; ++look) {
     // The free block closest below `size` that ends its segment, with
@@ -610,13 +611,10 @@ bool DeviceAllocator::ClearRoomToGrow(Pool* pool, size_t size) {
     while (end < a->num_pages && end < first + need && a->dormant[end] != 0) {
       end += a->dormant_pages[end];
     }
-    bool in_use = false;
-    for (size_t q = first; q < end; q += a->dormant_pages[q]) {
-      in_use = in_use || a->dormant_gen[q] > done_gen_;
-    }
-    if (!in_use) {
-      std::vector<DormantSpan> spans;
-      AppendUnmappable(a, first, end, &spans);
+    // All of them, or none: a part would leave the block hemmed in still.
+    std::vector<DormantSpan> spans;
+    AppendUnmappable(a, first, end, &spans);
+    if (spans.size() == 1 && spans[0].first == first && spans[0].end == end) {
       UnmapSpans(spans);
       return true;
     }
