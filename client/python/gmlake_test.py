@@ -221,6 +221,69 @@ class SnapshotTest(WithLake):
         self.assertEqual(one["segments"], [{"segment_pool_id": (3, 0)}])
         self.assertEqual(one["device_traces"], [[]])
 
+    def test_snapshot_reports_the_allocator_settings_as_pytorch_does(self):
+        # PyTorch's test_cuda.py reads _snapshot()["allocator_settings"]
+        # ["expandable_segments"] after every TestMemPool test (26 failed
+        # on the H200 for the missing key), and vLLM reads it to decide
+        # whether to turn expandable segments off around graph capture.
+        saved = {k: os.environ.pop(k, None)
+                 for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")}
+        from gmlake import _alloc_settings
+        try:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = (
+                "expandable_segments:True,max_split_size_mb:256,"
+                "roundup_power2_divisions:[256:1,512:2,>:4]")
+            _alloc_settings.reset()
+            got = _snapshot.snapshot()
+            settings = got["allocator_settings"]
+            self.assertEqual(got["external_annotations"], [])
+            self.assertEqual(settings["PYTORCH_CUDA_ALLOC_CONF"],
+                             os.environ["PYTORCH_CUDA_ALLOC_CONF"])
+            self.assertIs(settings["expandable_segments"], True)
+            self.assertEqual(settings["max_split_size"], 256 << 20)
+            self.assertEqual(settings["garbage_collection_threshold"], 0.0)
+            rounds = settings["roundup_power2_divisions"]
+            self.assertEqual(len(rounds), 16)
+            self.assertEqual((rounds["128"], rounds["256"], rounds["512"],
+                              rounds["1024"], rounds["32768"]), (0, 1, 2, 4, 4))
+            # torch.cuda.memory._set_allocator_settings, as gmlake routes
+            # it: PyTorch's parse first (here a stand-in that refuses what
+            # PyTorch would), then the snapshot follows.
+            refused = "expandable_segments:Maybe"
+
+            def pytorchs_setter(conf):
+                if conf == refused:
+                    raise RuntimeError("Expected a single True/False argument")
+            name = "_accelerator_setAllocatorSettings"
+            _torch._routed[name] = pytorchs_setter
+            try:
+                setter = _torch._settings_setter(name)
+                setter("expandable_segments:False,garbage_collection_threshold:0.6")
+                with self.assertRaises(RuntimeError):
+                    setter(refused)
+            finally:
+                del _torch._routed[name]
+            settings = _snapshot.snapshot()["allocator_settings"]
+            self.assertIs(settings["expandable_segments"], False)
+            # Each string starts max_split_size and the threshold afresh.
+            self.assertEqual(settings["max_split_size"], -1)
+            self.assertEqual(settings["garbage_collection_threshold"], 0.6)
+            self.assertEqual(settings["PYTORCH_CUDA_ALLOC_CONF"],
+                             "expandable_segments:False,garbage_collection_threshold:0.6")
+            self.assertEqual(settings["roundup_power2_divisions"]["512"], 2)
+            # PYTORCH_ALLOC_CONF, PyTorch 2.9's name, comes first.
+            os.environ["PYTORCH_ALLOC_CONF"] = "pinned_num_register_threads:8"
+            _alloc_settings.reset()
+            settings = _snapshot.snapshot()["allocator_settings"]
+            self.assertEqual(settings["pinned_num_register_threads"], 8)
+            self.assertIs(settings["expandable_segments"], False)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+            _alloc_settings.reset()
+
     def allocate_here(self, size, stream):
         return malloc(size, stream)
 

@@ -3,6 +3,7 @@
 import pickle
 import sys
 
+from . import _alloc_settings
 from . import _lib
 
 # memory_viz (pytorch.org/memory_viz, torch/utils/viz/MemoryViz.js) unpickles
@@ -19,8 +20,11 @@ def snapshot(mempool_id=None):
     segment of every device, with its blocks; only those of pool
     `mempool_id` when one is given, as torch.cuda.memory_snapshot(id) and
     MemPool.snapshot() ask) and "device_traces" (one list of events per
-    device, oldest first, while history is recorded)."""
+    device, oldest first, while history is recorded), with PyTorch's
+    "allocator_settings" (_alloc_settings.py) and "external_annotations"."""
     snap = _lib.take_json(_lib.load().gmlake_snapshot_json())
+    snap["allocator_settings"] = _alloc_settings.settings()
+    snap.setdefault("external_annotations", [])
     return of_pool(snap, mempool_id)
 
 

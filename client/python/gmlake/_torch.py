@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 
+from . import _alloc_settings
 from . import _lib
 from . import _snapshot
 from ._lib import GMLakeError
@@ -235,6 +236,15 @@ def _memory_snapshot(mempool_id=None, *unused, **unused_kw):
     return _snapshot.snapshot(mempool_id)
 
 
+def _settings_setter(name):
+    def set_allocator_settings(conf, *args, **kwargs):
+        original = _routed.get(name)
+        result = original(conf, *args, **kwargs) if original is not None else None
+        _alloc_settings.note(conf)
+        return result
+    return set_allocator_settings
+
+
 def _route(torch, missing_hooks):
     """Points the torch._C functions behind torch.cuda.memory at GMLake."""
     routes = {
@@ -247,6 +257,12 @@ def _route(torch, missing_hooks):
         "_cuda_record_memory_history_legacy": _snapshot.record_history_legacy,
         "_cuda_setMemoryMetadata": _snapshot.set_metadata,
     }
+    # torch.cuda.memory._set_allocator_settings: PyTorch parses the string
+    # (and refuses a bad one), then the snapshot reports it.
+    for name in ("_accelerator_setAllocatorSettings",
+                 "_cuda_cudaCachingAllocator_set_allocator_settings"):
+        if hasattr(torch._C, name):
+            routes[name] = _settings_setter(name)
     # Without the pluggable allocator's own hooks, at least the Python calls.
     if "set_reset_fn" in missing_hooks:
         routes["_cuda_emptyCache"] = lambda: empty_cache()
