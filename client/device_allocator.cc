@@ -640,7 +640,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   // Where each whole free chunk is in use now (mapped in a free block).
   absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
   for (auto& p : pools_) {
-    if (p->mempool != 0) continue;  // a private pool's memory stays there
+    if (!p->LendsChunks()) continue;
     p->free.ForEach([&](Block* b) {
       mu_.AssertHeld();  // held by our caller; tells the lock checker
       Arena* a = b->segment->arena;
@@ -1130,7 +1130,7 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   size_t best_q = 0;
   if (best == 0 && steal) {
     for (auto& pool : pools_) {
-      if (pool->mempool != 0) continue;  // handed to no one else
+      if (!pool->LendsChunks()) continue;
       pool->free.ForEach([&](Block* b) {
         mu_.AssertHeld();  // held by our caller; tells the lock checker
         if (b == plan->keep_a || b == plan->keep_b) return;
@@ -1220,9 +1220,7 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
   std::vector<Block*> candidates;
   std::vector<VictimView> views;
   for (auto& pool : pools_) {
-    // A private pool's memory is handed to no one else (and graphs replay
-    // into it) until the pool is released.
-    if (pool->mempool != 0) continue;
+    if (!pool->LendsChunks()) continue;
     pool->free.ForEach([&](Block* b) {
       mu_.AssertHeld();  // held by our caller; tells the lock checker
       if (b == keep_a || b == keep_b) return;
@@ -1259,7 +1257,7 @@ size_t DeviceAllocator::StealBooks(size_t pages, const Block* keep_a,
     Block* best = nullptr;
     size_t best_q = 0, best_n = 0;
     for (auto& pool : pools_) {
-      if (pool->mempool != 0) continue;  // as above: graphs replay into it
+      if (!pool->LendsChunks()) continue;
       pool->free.ForEach([&](Block* b) {
         mu_.AssertHeld();  // held by our caller; tells the lock checker
         if (b == keep_a || b == keep_b) return;

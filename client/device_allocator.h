@@ -58,6 +58,11 @@ struct Pool {
   uint32_t mempool = 0;
   // Its pool was released: blocks freed here go to the stream's default.
   bool retired = false;
+  // Whether chunks of its free blocks may serve other pools' requests
+  // (stolen for a stitch, reactivated, covering a rest). A private pool's
+  // free memory is handed to no one else until the pool is released:
+  // graphs replay into it. The one place this rule is written.
+  bool LendsChunks() const { return mempool == 0; }
   FreeIndex free;
 };
 
