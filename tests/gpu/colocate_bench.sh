@@ -49,10 +49,7 @@ run_one() {  # setting, rep
     expandable) export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ;;
     empty_cache) cmd+=(--empty-cache) ;;
     gmlake)
-      "${GMLAKE_BIN}/gmlaked" --socket="${sockdir}/gmlaked.sock" --fd_socket="${sockdir}/fd.sock" \
-        > "${OUT}/gmlaked_${rep}.log" 2>&1 &
-      daemon=$!
-      for _ in $(seq 1 100); do [[ -S "${sockdir}/gmlaked.sock" ]] && break; sleep 0.1; done
+      start_gmlaked "${sockdir}" "${OUT}/gmlaked_${rep}.log"
       cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
       export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock" ;;
   esac
@@ -73,7 +70,7 @@ run_one() {  # setting, rep
     "${GMLAKE_BIN}/gmlakectl" --socket="${sockdir}/gmlaked.sock" status --json > "${OUT}/status_${rep}.json" 2>&1
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('STATUS', json.dumps({k: v for k, v in d.items() if not isinstance(v, (list, dict))}))" "${OUT}/status_${rep}.json" 2>&1 | tee -a "${OUT}/status.txt"
     card_free_after | tee -a "${OUT}/plain_after.txt"
-    kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
+    stop_gmlaked
   fi
 }
 

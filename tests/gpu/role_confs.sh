@@ -45,14 +45,11 @@ print("ROLE", json.dumps(dict(role=role, label=label, wall_s=int(secs), turns=re
 PY
 }
 run_conf() {  # one GMLAKE_CONF setting; lake:daemon starts a gmlaked for it
-  local c="$1" daemon=""
+  local c="$1"
   if [[ "${c}" == *lake:daemon* ]]; then
-    "${GMLAKE_BIN}/gmlaked" --socket="${sockdir}/gmlaked.sock" --fd_socket="${sockdir}/fd.sock" \
-      > "${OUT}/gmlaked.log" 2>&1 &
-    daemon=$!
-    for _ in $(seq 1 100); do [[ -S "${sockdir}/gmlaked.sock" ]] && break; sleep 0.1; done
+    start_gmlaked "${sockdir}" "${OUT}/gmlaked.log"
     run_role "${c}" GMLAKE_CONF="socket:${sockdir}/gmlaked.sock,${c}" "${GMLAKE_BIN}/gmlake" run --
-    kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
+    stop_gmlaked
   else
     run_role "${c}" GMLAKE_CONF="lake:embedded,${c}" "${GMLAKE_BIN}/gmlake" run --
   fi

@@ -32,10 +32,7 @@ PY
 for rep in $(seq 1 "${REPS:-3}"); do
   one native GMLAKE_ENABLE=0
   one embedded GMLAKE_CONF=lake:embedded "${GMLAKE_BIN}/gmlake" run --
-  "${GMLAKE_BIN}/gmlaked" --socket="${sockdir}/gmlaked.sock" --fd_socket="${sockdir}/fd.sock" \
-    > "${OUT}/gmlaked.log" 2>&1 &
-  daemon=$!
-  for _ in $(seq 1 100); do [[ -S "${sockdir}/gmlaked.sock" ]] && break; sleep 0.1; done
+  start_gmlaked "${sockdir}" "${OUT}/gmlaked.log"
   one daemon GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock" "${GMLAKE_BIN}/gmlake" run --
-  kill -TERM "${daemon}"; wait "${daemon}" 2>/dev/null
+  stop_gmlaked
 done

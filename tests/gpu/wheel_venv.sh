@@ -4,7 +4,8 @@
 # system's site-packages (PyTorch 2.11 is installed there) and the wheel from
 # .gpu/wheel (tests/gpu/bundle_python.sh). Sets VENV, PY, GMLAKE_BIN and
 # WORKLOADS (the workload scripts, copied outside the checkout too), and
-# unsets everything that could find gmlake elsewhere.
+# unsets everything that could find gmlake elsewhere. Defines start_gmlaked
+# and stop_gmlaked for the scripts that run through a gmlaked.
 root="$(pwd)"
 wheel="$(ls "${root}"/.gpu/wheel/gmlake-*.whl 2>/dev/null | head -1)"
 if [[ -z "${wheel}" ]]; then
@@ -34,3 +35,16 @@ cp "${root}"/tests/gpu/torch_memory_calls.py "${root}"/client/python/viz_check.p
   "${WORKLOADS}/"
 export PATH="${VENV}/bin:${PATH}"
 echo "venv ${VENV}: $("${PY}" -c 'import gmlake, torch; print("gmlake", gmlake.__version__, "from", gmlake.__file__, "| torch", torch.__version__)')"
+
+# start_gmlaked DIR LOG: a gmlaked with its defaults, its sockets in DIR
+# (DIR/gmlaked.sock, DIR/fd.sock), its output in LOG; returns once its
+# control socket is there (10 s at most). GMLAKED_PID is its pid.
+start_gmlaked() {
+  "${GMLAKE_BIN}/gmlaked" --socket="$1/gmlaked.sock" --fd_socket="$1/fd.sock" > "$2" 2>&1 &
+  GMLAKED_PID=$!
+  for _ in $(seq 1 100); do [[ -S "$1/gmlaked.sock" ]] && break; sleep 0.1; done
+}
+# stop_gmlaked: SIGTERM (gmlaked gives its chunks back) and wait for it.
+stop_gmlaked() {
+  kill -TERM "${GMLAKED_PID}"; wait "${GMLAKED_PID}" 2>/dev/null
+}
