@@ -581,7 +581,8 @@ void DeviceAllocator::UnmapSpans(absl::Span<const DormantSpan> spans) {
 }
 
 bool DeviceAllocator::ClearRoomToGrow(Pool* pool, size_t size) {
-  if (dormant_pages_ == 0) return false;  // nothing can stand in the way
+  // Nothing can stand in the way, or growing in place is off.
+  if (dormant_pages_ == 0 || options_.grow_reach <= 0) return false;
   // Twice at most: once more after the fence passed with the lock down.
   for (int look = 0; look < 2; ++look) {
     // The free block closest below `size` that ends its segment, with
@@ -952,9 +953,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     if (options_.stitch && !capture) {
       if (Block* b = Reactivate(pool, size)) return b;
     }
-    if (attempt == 0 && !capture && !pool->small && options_.grow_reach > 0) {
-      ClearRoomToGrow(pool, size);
-    }
+    if (attempt == 0 && !capture && !pool->small) ClearRoomToGrow(pool, size);
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
     if (!plan.ok()) return plan.status();
     Arena* arena = plan->arena;

@@ -88,34 +88,42 @@ def _apply(conf, parsed):
             parsed[key] = _roundups(value, parsed[key])
 
 
-def note(conf):
-    """Records `conf` as the last allocator settings given (PyTorch has
-    parsed it already). A string PyTorch accepts but this reading cannot
-    follow keeps the settings read so far and still becomes the last."""
-    global _last, _parsed
-    settings()
-    _last = conf
+def _read(conf, parsed):
+    # A string PyTorch accepts but this reading cannot follow keeps what
+    # was read so far.
     try:
-        _apply(conf, _parsed)
+        _apply(conf, parsed)
     except ValueError:
         pass
 
 
-def settings():
-    """The snapshot's "allocator_settings" dictionary, in PyTorch's keys."""
+def _started():
+    """The parsed settings, from the environment on first use."""
     global _last, _parsed
     if _parsed is None:
         _parsed = _defaults()
         _last = (os.environ.get("PYTORCH_ALLOC_CONF")
                  or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
-        try:
-            _apply(_last, _parsed)
-        except ValueError:
-            pass
+        _read(_last, _parsed)
+    return _parsed
+
+
+def note(conf):
+    """Records `conf` as the last allocator settings given (PyTorch has
+    parsed it already)."""
+    global _last
+    parsed = _started()
+    _last = conf
+    _read(conf, parsed)
+
+
+def settings():
+    """The snapshot's "allocator_settings" dictionary, in PyTorch's keys."""
+    parsed = _started()
     out = {"PYTORCH_CUDA_ALLOC_CONF": _last}
-    out.update({k: v for k, v in _parsed.items() if k != "roundup_power2_divisions"})
+    out.update({k: v for k, v in parsed.items() if k != "roundup_power2_divisions"})
     out["roundup_power2_divisions"] = {
-        str(1 << i): v for i, v in enumerate(_parsed["roundup_power2_divisions"])}
+        str(1 << i): v for i, v in enumerate(parsed["roundup_power2_divisions"])}
     return out
 
 
