@@ -31,7 +31,9 @@ targets+=("$@")
 
 bazel build --config=ci -c opt "${targets[@]}"
 
-rm -rf .gpu
+# Only what this script makes: .gpu/wheel (bundle_python.sh) and the
+# fetched .gpu/pytorch_tests stay.
+rm -rf .gpu/bin .gpu/lib .gpu/MANIFEST
 mkdir -p .gpu/bin .gpu/lib
 
 # Libraries left to the GPU machine's own system: the C library family and
