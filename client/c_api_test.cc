@@ -103,6 +103,71 @@ TEST(CApiTest, PoolUseCountFollowsReferences) {
   gmlake_shutdown();
 }
 
+// What a native door's createOrIncrefPool(allocator) and setUseOnOOM call:
+// a MemPool whose memory another allocator gives, through C callbacks.
+struct CallbackCounts {
+  int allocs = 0;
+  int frees = 0;
+  int drops = 0;
+};
+void* CountingAlloc(void* ctx, size_t size, uint64_t /*stream*/) {
+  ++static_cast<CallbackCounts*>(ctx)->allocs;
+  return std::aligned_alloc(size_t{2} << 20, size);
+}
+void CountingFree(void* ctx, void* ptr, size_t /*size*/, uint64_t /*stream*/) {
+  ++static_cast<CallbackCounts*>(ctx)->frees;
+  std::free(ptr);
+}
+void CountingDrop(void* ctx) { ++static_cast<CallbackCounts*>(ctx)->drops; }
+
+TEST(CApiTest, ExternalPoolsCacheTheirAllocatorsSegments) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  CallbackCounts counts;
+  ASSERT_EQ(gmlake_pool_create_external(0, 0, 8, &CountingAlloc, &CountingFree,
+                                        &counts, &CountingDrop),
+            0)
+      << gmlake_last_error();
+  // Known already: one more reference, and the second context is dropped.
+  ASSERT_EQ(gmlake_pool_create_external(0, 0, 8, &CountingAlloc, &CountingFree,
+                                        &counts, &CountingDrop),
+            0);
+  EXPECT_EQ(counts.drops, 1);
+  EXPECT_EQ(gmlake_pool_use_count(0, 0, 8), 2);
+  ASSERT_EQ(gmlake_pool_set_use_on_oom(0, 0, 8, 1), 0) << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 0, 8, nullptr, nullptr), 0);
+  void* p = gmlake_malloc(1 << 20, 0, 7);
+  void* q = gmlake_malloc(1 << 20, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 0, 8), 0);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  EXPECT_EQ(static_cast<char*>(q), static_cast<char*>(p) + (1 << 20));
+  EXPECT_EQ(counts.allocs, 1);
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_free(q), 0);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 8), 0);
+  EXPECT_EQ(counts.frees, 0);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 8), int64_t{2} << 20);
+  EXPECT_EQ(counts.frees, 1);
+  EXPECT_EQ(counts.drops, 2);  // the pool forgot its allocator
+  // Refused, in words: unknown pools, a gmlake pool, no callbacks.
+  EXPECT_EQ(gmlake_pool_set_use_on_oom(0, 0, 8, 1), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("not live"),
+            std::string::npos);
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 9), 0);
+  EXPECT_EQ(gmlake_pool_create_external(0, 0, 9, &CountingAlloc, &CountingFree,
+                                        &counts, &CountingDrop),
+            -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("gmlake's memory"),
+            std::string::npos);
+  EXPECT_EQ(counts.drops, 3);
+  EXPECT_EQ(gmlake_pool_create_external(0, 0, 10, nullptr, &CountingFree,
+                                        &counts, &CountingDrop),
+            -1);
+  EXPECT_EQ(counts.drops, 4);
+  gmlake_pool_release(0, 0, 9);
+  gmlake_shutdown();
+}
+
 // What a native door's setCheckpointPoolState calls: the pool's live
 // blocks with their sizes, and an allocation at a given address.
 TEST(CApiTest, PoolLiveBlocksAndMallocAt) {

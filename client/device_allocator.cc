@@ -90,8 +90,9 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   MutexLock lock(&mu_);
   // Querying events is illegal while a stream is captured.
   if (!pending_.empty() && !capturing()) ProcessPending();
-  Pool* pool =
-      GetPool(stream, rounded <= options_.small_size, mempools_.Route(stream));
+  const uint32_t route = mempools_.Route(stream);
+  if (ExternalFor(route) != nullptr) return MallocExternal(route, size, stream);
+  Pool* pool = GetPool(stream, rounded <= options_.small_size, route);
   Block* b = pool->free.Find(rounded);
   if (b != nullptr) {
     pool->free.Remove(b);
@@ -125,6 +126,15 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
     if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
         options_.stitch) {
       grown = Remake(pool, rounded, grown.status());
+    }
+    // PyTorch's last resort: pools made with use_on_oom lend free blocks
+    // to default memory.
+    if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
+        route == 0) {
+      if (std::optional<DevicePtr> lent =
+              BorrowFromUseOnOomPools(rounded, size, stream)) {
+        return *lent;
+      }
     }
     if (!grown.ok()) {
       ++stats_.num_ooms;
@@ -185,6 +195,7 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
   MutexLock lock(&mu_);
   auto it = live_.find(ptr);
   if (it == live_.end()) {
+    if (absl::Status s; FreeExternal(ptr, &s)) return s;
     return absl::NotFoundError(absl::StrFormat(
         "free(0x%x): not a live allocation of device %d (freed twice, or "
         "not from gmlake?)",
@@ -296,12 +307,15 @@ Block* DeviceAllocator::InsertFree(Block* b) {
 absl::Status DeviceAllocator::RecordStream(DevicePtr ptr, StreamHandle stream) {
   MutexLock lock(&mu_);
   auto it = live_.find(ptr);
-  if (it == live_.end()) {
+  const bool external = it == live_.end() && external_live_.contains(ptr);
+  if (it == live_.end() && !external) {
     return absl::NotFoundError(absl::StrFormat(
         "record_stream(0x%x): not a live allocation of device %d", ptr,
         device_));
   }
-  if (it->second->pool->stream == stream) return absl::OkStatus();
+  if (!external && it->second->pool->stream == stream) {
+    return absl::OkStatus();
+  }
   std::vector<StreamHandle>& streams = other_streams_[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
     streams.push_back(stream);
@@ -990,6 +1004,10 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
       if (cover.handle != 0) have = plan->pages;
     }
     const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
+    // The lake counts only its chunks; MemPools' own allocators' segments
+    // count against the capacity too.
+    const bool external_full =
+        missing != 0 && external_reserved_ != 0 && !ExternalLeavesRoom(missing);
 
     std::vector<EventHandle> events = TakeIdleEvents(streams.size());
     ++slow_paths_;
@@ -1007,7 +1025,12 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     }
     absl::StatusOr<std::vector<SizedChunk>> more;
     int64_t acquire_nanos = 0;
-    if (status.ok() && missing != 0) {
+    if (status.ok() && external_full) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "the capacity (", FormatBytes(source_->capacity_bytes(device_)),
+          ") holds segments of MemPools' own allocators as well"));
+      if (grow) lake_refused = true;
+    } else if (status.ok() && missing != 0) {
       const absl::Time acquire_start = absl::Now();
       more = source_->AcquireBytes(device_, missing);
       acquire_nanos = absl::ToInt64Nanoseconds(absl::Now() - acquire_start);
@@ -1559,8 +1582,12 @@ AllocatorStats DeviceAllocator::stats() const {
 
 ChunkSource::AllocatorUsage DeviceAllocator::usage() const {
   MutexLock lock(&mu_);
-  const int64_t reserved = stats_.reserved_bytes.current;
-  const int64_t used = std::min(stats_.allocated_bytes.current, reserved);
+  // The lake's memory only: MemPools' own allocators' is not its to ask.
+  const int64_t reserved =
+      stats_.reserved_bytes.current - static_cast<int64_t>(external_reserved_);
+  const int64_t used = std::min(stats_.allocated_bytes.current -
+                                    static_cast<int64_t>(external_allocated_),
+                                reserved);
   return {static_cast<uint64_t>(used), static_cast<uint64_t>(reserved - used)};
 }
 
@@ -1614,6 +1641,7 @@ std::string DeviceAllocator::SegmentsJson() const {
       }
     }
   }
+  AppendExternalSegmentsJson(&out);
   absl::StrAppend(&out, "]");
   return out;
 }
@@ -1737,18 +1765,35 @@ absl::Status DeviceAllocator::CheckInvariants() const {
     return absl::InternalError(absl::StrCat(indexed, " blocks indexed, ",
                                             free_blocks, " free in segments"));
   }
+  // Blocks of pools another allocator serves, from their own books.
+  size_t external_live = 0;
+  for (const auto& [tag, e] : external_) {
+    for (const auto& [addr, seg] : e->books.segments()) {
+      for (const auto& [baddr, b] : seg.blocks) {
+        if (b.allocated) allocated += static_cast<int64_t>(b.size);
+      }
+    }
+    external_live += e->books.live_blocks();
+  }
+  if (external_live != external_live_.size()) {
+    return absl::InternalError(absl::StrCat(external_live,
+                                            " external blocks live, ",
+                                            external_live_.size(), " known"));
+  }
   if (allocated != stats_.allocated_bytes.current ||
       live != static_cast<int64_t>(live_.size())) {
     return absl::InternalError("allocated bytes out of step");
   }
   if (mapped_pages * static_cast<int64_t>(page_size_) +
-          static_cast<int64_t>(cached_bytes_ + in_transit_bytes_) !=
+          static_cast<int64_t>(cached_bytes_ + in_transit_bytes_ +
+                               external_reserved_) !=
       stats_.reserved_bytes.current) {
     return absl::InternalError(absl::StrCat(
         "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,
         " pages mapped and ", cached_bytes_, " bytes cached"));
   }
-  if (small_mapped_pages * static_cast<int64_t>(page_size_) !=
+  if (small_mapped_pages * static_cast<int64_t>(page_size_) +
+          static_cast<int64_t>(external_small_reserved_) !=
       stats_.reserved_bytes.small.current) {
     return absl::InternalError(absl::StrCat(
         "small-pool reserved ", stats_.reserved_bytes.small.current, " but ",

@@ -41,6 +41,7 @@
 #include "client/arena.h"
 #include "client/block.h"
 #include "client/chunk_source.h"
+#include "client/external_pool.h"
 #include "client/free_index.h"
 #include "client/memory_pool.h"
 #include "client/options.h"
@@ -120,6 +121,22 @@ class DeviceAllocator {
   int PoolUseCount(MempoolId id) const;
   // Bytes held by pool `id`: allocated and free.
   uint64_t PoolReservedBytes(MempoolId id) const;
+  // torch.cuda.MemPool(use_on_oom=True): when a request of default memory
+  // finds none (after every retry, just before out of memory), a free
+  // block of pool `id` on the request's stream serves it, and goes back to
+  // the pool when freed. NotFound for an unknown pool.
+  absl::Status SetPoolUseOnOom(MempoolId id, bool use);
+
+  // --- Pools another allocator serves (device_allocator_external.cc) ---
+  // torch.cuda.MemPool(allocator=...): takes a reference on pool `id`
+  // (made if unknown) whose requests are served from segments of `memory`,
+  // cached as PyTorch caches them (external_pool.h), counted in the
+  // statistics and against the capacity (a memory fraction) like gmlake's
+  // own. `memory` is called with no lock held, and kept while the pool or
+  // a block of it lives. FailedPrecondition when `id` is a pool of gmlake's
+  // own memory already.
+  absl::Status CreateOrIncrefExternalPool(
+      MempoolId id, std::shared_ptr<ExternalMemory> memory);
 
   // --- CUDA IPC (device_allocator_ipc.cc) ---
   // The chunks behind live allocation `ptr`, exported as descriptors
@@ -381,6 +398,52 @@ class DeviceAllocator {
   std::string OutOfMemoryMessage(size_t size, StreamHandle stream,
                                  const absl::Status& cause) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MemPool(use_on_oom=True)'s last resort for a request of default memory
+  // (`rounded` of `requested` bytes): a free block of a pool so marked, on
+  // `stream`, allocated; nullopt when none fits.
+  std::optional<DevicePtr> BorrowFromUseOnOomPools(size_t rounded,
+                                                   size_t requested,
+                                                   StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Pools another allocator serves (device_allocator_external.cc).
+  struct External {
+    std::shared_ptr<ExternalMemory> memory;
+    ExternalPool books;
+    bool retired = false;  // released: nothing is cached for it any more
+  };
+  // The external pool a malloc routed to `tag` goes to; null if none.
+  External* ExternalFor(uint32_t tag) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (external_.empty()) return nullptr;
+    auto it = external_.find(tag);
+    return it == external_.end() ? nullptr : it->second.get();
+  }
+  // Serves `size` from external pool `tag`: a cached block, else a new
+  // segment of its memory (within the capacity). Releases mu_ for the
+  // memory's calls.
+  absl::StatusOr<DevicePtr> MallocExternal(uint32_t tag, size_t size,
+                                           StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Books an external block handed out (statistics, history).
+  void BookExternalBlock(uint32_t tag, const ExternalPool::Taken& t,
+                         size_t requested, StreamHandle stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees `ptr` if an external pool's block: true then (with `*status`).
+  bool FreeExternal(DevicePtr ptr, absl::Status* status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the external blocks freed during a capture with other streams
+  // to wait for (now that no capture is left). Releases mu_.
+  void FreeDeferredExternal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives pool `tag`'s wholly free segments back to its memory (all of
+  // them, once retired and empty: then the pool is forgotten). Releases
+  // mu_ for the calls. Returns the bytes.
+  uint64_t GiveBackExternal(uint32_t tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `bytes` more would pass the capacity while external pools
+  // hold memory (gmlake's lake counts only its own chunks).
+  bool ExternalLeavesRoom(uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendExternalSegmentsJson(std::string* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;
   ChunkSource* const source_;
@@ -442,6 +505,17 @@ class DeviceAllocator {
   // slow path has the lock down.
   uint64_t in_transit_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   ObjectPool<Block> blocks_ ABSL_GUARDED_BY(mu_);
+  // By pool tag; the live blocks of all of them, by address, with their
+  // pool's tag.
+  absl::flat_hash_map<uint32_t, std::unique_ptr<External>> external_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DevicePtr, uint32_t> external_live_ ABSL_GUARDED_BY(mu_);
+  // Their segments (in reserved_bytes too), all and small.
+  uint64_t external_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t external_small_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t external_allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<DevicePtr, std::vector<StreamHandle>>>
+      external_deferred_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
   TraceRecorder trace_;
 };

@@ -33,6 +33,7 @@ void DeviceAllocator::EndAllocateToPool(MempoolId id) {
   mempools_.EndAllocateTo(id);
   last_pool_[0] = last_pool_[1] = nullptr;
   if (capturing()) return;
+  if (!external_deferred_.empty()) FreeDeferredExternal();
   // Frees made during the capture may record their events now.
   std::vector<std::pair<Block*, std::vector<StreamHandle>>> deferred;
   deferred.swap(deferred_);
@@ -48,6 +49,12 @@ uint64_t DeviceAllocator::ReleasePool(MempoolId id) {
     std::optional<uint32_t> tag = mempools_.Release(id);
     if (!tag.has_value()) return 0;
     last_pool_[0] = last_pool_[1] = nullptr;
+    if (External* e = ExternalFor(*tag)) {
+      // Its memory is its allocator's: the free segments go back there now,
+      // the rest as its blocks are freed.
+      e->retired = true;
+      return GiveBackExternal(*tag);
+    }
     // Its free blocks join their streams' default memory (and merge there);
     // blocks still live follow when freed (MakeReusable).
     std::vector<Pool*> retired;
@@ -80,6 +87,9 @@ std::vector<DevicePtr> DeviceAllocator::PoolLivePointers(MempoolId id) const {
   for (const auto& [ptr, b] : live_) {
     if (b->pool->mempool == *tag) out.push_back(ptr);
   }
+  for (const auto& [ptr, t] : external_live_) {
+    if (t == *tag) out.push_back(ptr);
+  }
   return out;
 }
 
@@ -96,6 +106,13 @@ std::vector<std::pair<DevicePtr, size_t>> DeviceAllocator::PoolLiveBlocks(
   if (!tag.has_value()) return out;
   for (const auto& [ptr, b] : live_) {
     if (b->pool->mempool == *tag) out.emplace_back(ptr, b->size);
+  }
+  if (const External* e = ExternalFor(*tag)) {
+    for (const auto& [addr, seg] : e->books.segments()) {
+      for (const auto& [baddr, b] : seg.blocks) {
+        if (b.allocated) out.emplace_back(baddr, b.size);
+      }
+    }
   }
   return out;
 }
@@ -162,6 +179,7 @@ uint64_t DeviceAllocator::PoolReservedBytes(MempoolId id) const {
   MutexLock lock(&mu_);
   std::optional<uint32_t> tag = mempools_.TagOf(id);
   if (!tag.has_value()) return 0;
+  if (const External* e = ExternalFor(*tag)) return e->books.reserved_bytes();
   uint64_t bytes = 0;
   for (const auto& [ptr, b] : live_) {
     if (b->pool->mempool == *tag) bytes += b->size;
@@ -171,6 +189,43 @@ uint64_t DeviceAllocator::PoolReservedBytes(MempoolId id) const {
     p->free.ForEach([&](Block* b) { bytes += b->size; });
   }
   return bytes;
+}
+
+absl::Status DeviceAllocator::SetPoolUseOnOom(MempoolId id, bool use) {
+  MutexLock lock(&mu_);
+  if (!mempools_.SetUseOnOom(id, use)) {
+    return absl::NotFoundError(
+        absl::StrFormat("pool (%d, %d) of device %d is not live", id.first,
+                        id.second, device_));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<DevicePtr> DeviceAllocator::BorrowFromUseOnOomPools(
+    size_t rounded, size_t requested, StreamHandle stream) {
+  const bool small = rounded <= options_.small_size;
+  // Only what the pool has free on this stream, as PyTorch's get_free_block:
+  // nothing new is made for it, and no other stream's work is waited for.
+  for (uint32_t tag : mempools_.UseOnOomTags()) {
+    if (External* e = ExternalFor(tag)) {
+      if (auto t = e->books.TakeFree(requested, stream)) {
+        BookExternalBlock(tag, *t, requested, stream);
+        return t->addr;
+      }
+      continue;
+    }
+    for (auto& p : pools_) {
+      if (p->mempool != tag || p->stream != stream || p->small != small) {
+        continue;
+      }
+      if (Block* b = p->free.Find(rounded)) {
+        p->free.Remove(b);
+        Allocate(b, rounded, requested);
+        return b->addr;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace gmlake

@@ -136,6 +136,28 @@ int gmlake_ipc_close(void* ptr);
 /* How many references (graphs, MemPools) hold the pool: 0 when unknown or
  * released; -1 on failure. */
 int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);
+/* torch.cuda.MemPool(use_on_oom=True): when a request of default memory
+ * finds none, just before out of memory, the pool's free blocks on its
+ * stream serve it. -1 for an unknown pool. */
+int gmlake_pool_set_use_on_oom(int device, uint64_t id0, uint64_t id1,
+                               int use_on_oom);
+/* torch.cuda.MemPool(allocator=...): a pool (made with one reference, or
+ * one more) whose memory another allocator gives: `alloc` returns a
+ * segment of `size` bytes for `stream` (NULL when it has none), `free`
+ * takes one back. gmlake sizes, splits and caches those segments as
+ * PyTorch's allocator does (2 MiB segments for requests up to 1 MiB, 20 MiB
+ * up to 10 MiB), counts them in its statistics and against the capacity,
+ * and gives them back when the pool is released (or, for blocks live then,
+ * when freed). The callbacks are called with no gmlake lock held, possibly
+ * from any thread; `drop(ctx)` is called once nothing more will be (at once
+ * when the pool was known). -1 when the pool serves gmlake's own memory. */
+typedef void* (*gmlake_external_alloc)(void* ctx, size_t size, uint64_t stream);
+typedef void (*gmlake_external_free)(void* ctx, void* ptr, size_t size,
+                                     uint64_t stream);
+int gmlake_pool_create_external(int device, uint64_t id0, uint64_t id1,
+                                gmlake_external_alloc alloc,
+                                gmlake_external_free free, void* ctx,
+                                void (*drop)(void* ctx));
 
 /* One statistic as PyTorch keeps it (c10::CachingAllocator::Stat). */
 typedef struct gmlake_stat {

@@ -443,6 +443,57 @@ int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1) {
   return d->PoolUseCount({id0, id1});
 }
 
+int gmlake_pool_set_use_on_oom(int device, uint64_t id0, uint64_t id1,
+                               int use_on_oom) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  absl::Status s = d->SetPoolUseOnOom({id0, id1}, use_on_oom != 0);
+  return s.ok() ? 0 : Fail(s);
+}
+
+namespace {
+// The C callbacks of gmlake_pool_create_external as ExternalMemory.
+class CallbackMemory : public gmlake::ExternalMemory {
+ public:
+  CallbackMemory(gmlake_external_alloc alloc, gmlake_external_free free,
+                 void* ctx, void (*drop)(void*))
+      : alloc_(alloc), free_(free), ctx_(ctx), drop_(drop) {}
+  ~CallbackMemory() override {
+    if (drop_ != nullptr) drop_(ctx_);
+  }
+  gmlake::DevicePtr Allocate(size_t bytes,
+                             gmlake::StreamHandle stream) override {
+    return reinterpret_cast<gmlake::DevicePtr>(alloc_(ctx_, bytes, stream));
+  }
+  void Free(gmlake::DevicePtr ptr, size_t bytes,
+            gmlake::StreamHandle stream) override {
+    free_(ctx_, reinterpret_cast<void*>(ptr), bytes, stream);
+  }
+
+ private:
+  gmlake_external_alloc alloc_;
+  gmlake_external_free free_;
+  void* ctx_;
+  void (*drop_)(void*);
+};
+}  // namespace
+
+int gmlake_pool_create_external(int device, uint64_t id0, uint64_t id1,
+                                gmlake_external_alloc alloc,
+                                gmlake_external_free free, void* ctx,
+                                void (*drop)(void* ctx)) {
+  // Owned from here on, so that every way out drops the context once.
+  auto memory = std::make_shared<CallbackMemory>(alloc, free, ctx, drop);
+  if (alloc == nullptr || free == nullptr) {
+    return Fail(absl::InvalidArgumentError(
+        "gmlake_pool_create_external: alloc and free must not be NULL"));
+  }
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  absl::Status s = d->CreateOrIncrefExternalPool({id0, id1}, std::move(memory));
+  return s.ok() ? 0 : Fail(s);
+}
+
 namespace {
 void CopyStat(const gmlake::StatPair& from, gmlake_stat* to) {
   to->current = from.current;

@@ -305,6 +305,43 @@ TEST_F(GraphPoolTest, EmptyCacheLeavesAnIdlePoolsMemory) {
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }
 
+// torch.cuda.MemPool(use_on_oom=True) (PyTorch's test_mempool_limited_memory,
+// with gmlake's own memory): when default memory has nothing left, a free
+// block of such a pool serves; a pool not so marked lends nothing.
+TEST_F(GraphPoolTest, UseOnOomPoolsLendTheirFreeBlocksOnALastResort) {
+  const MempoolId keep{0, 1}, lend{0, 2};
+  alloc_->CreateOrIncrefPool(keep);
+  alloc_->CreateOrIncrefPool(lend);
+  ASSERT_TRUE(alloc_->SetPoolUseOnOom(lend, true).ok());
+  ASSERT_TRUE(lake_->SetCapacity(0, 80 * kMiB).ok());
+  DevicePtr a = 0, b = 0;
+  for (auto [id, p] : {std::pair{keep, &a}, std::pair{lend, &b}}) {
+    alloc_->BeginAllocateToPool(id, nullptr);
+    *p = Malloc(40 * kMiB, kOther);
+    alloc_->EndAllocateToPool(id);
+  }
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(alloc_->Malloc(40 * kMiB, kOther).status()));
+  ASSERT_TRUE(alloc_->Free(a).ok());
+  ASSERT_TRUE(alloc_->Free(b).ok());
+  absl::StatusOr<DevicePtr> c = alloc_->Malloc(30 * kMiB, kOther);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, b);
+  // Another stream's request is not lent what kOther's work may still use.
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(alloc_->Malloc(6 * kMiB, kSide).status()));
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(alloc_->Malloc(30 * kMiB, kOther).status()));
+  ASSERT_TRUE(alloc_->Free(*c).ok());
+  // Freed, it is the lending pool's again.
+  EXPECT_EQ(alloc_->PoolReservedBytes(lend), 40 * kMiB);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+  alloc_->ReleasePool(keep);
+  alloc_->ReleasePool(lend);
+}
+
 // A CUDA graph tree rewinds its pool to a checkpoint: the blocks live then
 // are allocated again at the same addresses, from the pool's free memory,
 // the bytes around each staying free; ranges not free are refused.

@@ -62,6 +62,22 @@ std::optional<MempoolId> MemoryPools::IdOf(uint32_t tag) const {
   return std::nullopt;
 }
 
+bool MemoryPools::SetUseOnOom(MempoolId id, bool use) {
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return false;
+  it->second.use_on_oom = use;
+  return true;
+}
+
+std::vector<uint32_t> MemoryPools::UseOnOomTags() const {
+  std::vector<uint32_t> tags;
+  for (const auto& [id, e] : pools_) {
+    if (e.use_on_oom) tags.push_back(e.tag);
+  }
+  std::sort(tags.begin(), tags.end());  // tags grow: oldest first
+  return tags;
+}
+
 int MemoryPools::use_count(MempoolId id) const {
   auto it = pools_.find(id);
   return it == pools_.end() ? 0 : it->second.refs;

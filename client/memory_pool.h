@@ -16,6 +16,9 @@
 //   Release         a graph or MemPool let go; at zero the pool is retired:
 //                   its free memory goes back to the lake, and each block
 //                   still live follows when freed.
+//   SetUseOnOom     MemPool(use_on_oom=True): when default memory has
+//                   nothing left for a request, the pool's free blocks may
+//                   serve it (PyTorch's last resort before out of memory).
 
 #ifndef GMLAKE_CLIENT_MEMORY_POOL_H_
 #define GMLAKE_CLIENT_MEMORY_POOL_H_
@@ -64,11 +67,17 @@ class MemoryPools {
   std::optional<MempoolId> IdOf(uint32_t tag) const;
   int use_count(MempoolId id) const;
   size_t size() const { return pools_.size(); }
+  // Marks a live pool as lending its free blocks on a last resort. False
+  // for an unknown pool.
+  bool SetUseOnOom(MempoolId id, bool use);
+  // The tags of the live pools so marked, oldest first.
+  std::vector<uint32_t> UseOnOomTags() const;
 
  private:
   struct Entry {
     uint32_t tag = 0;
     int refs = 0;
+    bool use_on_oom = false;
   };
   struct Route_ {
     MempoolId id;

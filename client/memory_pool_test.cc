@@ -53,5 +53,20 @@ TEST(MemoryPoolsTest, LatestRouteWinsAndBeginMakesAnUnknownPool) {
   EXPECT_EQ(pools.Route(3), a);
 }
 
+TEST(MemoryPoolsTest, UseOnOomMarksOnlyLivePoolsOldestFirst) {
+  MemoryPools pools;
+  EXPECT_FALSE(pools.SetUseOnOom({0, 1}, true));  // unknown
+  const uint32_t a = pools.CreateOrIncref({0, 1});
+  const uint32_t b = pools.CreateOrIncref({0, 2});
+  pools.CreateOrIncref({0, 3});
+  EXPECT_TRUE(pools.SetUseOnOom({0, 2}, true));
+  EXPECT_TRUE(pools.SetUseOnOom({0, 1}, true));
+  EXPECT_EQ(pools.UseOnOomTags(), (std::vector<uint32_t>{a, b}));
+  EXPECT_TRUE(pools.SetUseOnOom({0, 1}, false));
+  EXPECT_EQ(pools.UseOnOomTags(), (std::vector<uint32_t>{b}));
+  pools.Release({0, 2});  // retired: lends nothing any more
+  EXPECT_TRUE(pools.UseOnOomTags().empty());
+}
+
 }  // namespace
 }  // namespace gmlake
