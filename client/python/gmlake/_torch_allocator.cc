@@ -67,6 +67,8 @@ struct Api {
   decltype(&gmlake_pool_use_count) pool_use_count = nullptr;
   decltype(&gmlake_pool_live_blocks) pool_live_blocks = nullptr;
   decltype(&gmlake_pool_malloc_at) pool_malloc_at = nullptr;
+  decltype(&gmlake_pool_create_external) pool_create_external = nullptr;
+  decltype(&gmlake_pool_set_use_on_oom) pool_set_use_on_oom = nullptr;
   decltype(&gmlake_ipc_share) ipc_share = nullptr;
   decltype(&gmlake_ipc_open) ipc_open = nullptr;
   decltype(&gmlake_ipc_close) ipc_close = nullptr;
@@ -172,7 +174,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     return Malloc(nbytes, device, stream);
   }
   void raw_delete(void* ptr) override {
-    if (!FreeUncached(ptr) && !FreeForeign(ptr)) Free(ptr);
+    if (!FreeUncached(ptr)) Free(ptr);
   }
 
   // With caching off (torch.cuda.caching_allocator_enable(False)) PyTorch's
@@ -310,9 +312,6 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
                     c10::cuda::CUDAStream stream) override {
     // Memory gmlake did not hand out (from_blob, IPC) is not its to guard.
     if (ptr.get() == nullptr || ptr.get_deleter() != &Delete) return;
-    // Nor another allocator's (a MemPool(allocator=...)): streams are its
-    // business, as in PyTorch's allocator for such a pool's segments.
-    if (ForeignBlock(ptr.get())) return;
     TORCH_CHECK(api_.record_stream(ptr.get(), reinterpret_cast<uint64_t>(
                                                   stream.stream())) == 0,
                 "gmlake: record_stream: ", api_.last_error());
@@ -391,7 +390,6 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   // --- private pools: CUDA graphs and torch.cuda.MemPool ---
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
                            std::function<bool(cudaStream_t)> filter) override {
-    if (BeginForeignRoute(device, id, &filter)) return;
     // PyTorch's beginAllocateToPool takes a reference on the pool (made if
     // unknown) that releasePool drops: CUDAGraph::reset and use_mem_pool's
     // exit call it. gmlake's begin takes one only for an unknown pool, so
@@ -415,22 +413,15 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   }
   void endAllocateToPool(c10::DeviceIndex device,
                          c10::MempoolId_t id) override {
-    if (EndForeignRoute(device, id)) return;
     const int rc = api_.pool_end(device, id.first, id.second);
     DropFilters(device, id);  // gmlake calls them no more
     TORCH_CHECK(rc == 0, "gmlake: endAllocateToPool: ", api_.last_error());
   }
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override {
-    if (ReleaseForeignPool(device, id)) return;
     TORCH_CHECK(api_.pool_release(device, id.first, id.second) >= 0,
                 "gmlake: releasePool: ", api_.last_error());
   }
   int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t id) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = foreign_pools_.find({device, id});
-      if (it != foreign_pools_.end()) return it->second.refs;
-    }
     const int n = api_.pool_use_count(device, id.first, id.second);
     TORCH_CHECK(n >= 0, "gmlake: getPoolUseCount: ", api_.last_error());
     return n;
@@ -438,23 +429,24 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<CUDAAllocator> allocator) override {
     if (allocator != nullptr && allocator.get() != this) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ForeignPool& pool = foreign_pools_[{device, id}];
-      pool.allocator = std::move(allocator);
-      ++pool.refs;
+      // torch.cuda.MemPool(allocator=...): gmlake caches that allocator's
+      // segments as PyTorch does; the context keeps it alive until gmlake
+      // drops it (the pool and its last block gone).
+      auto* ctx = new std::shared_ptr<CUDAAllocator>(std::move(allocator));
+      TORCH_CHECK(
+          api_.pool_create_external(device, id.first, id.second, &ExternalAlloc,
+                                    &ExternalFree, ctx, &ExternalDrop) == 0,
+          "gmlake: createOrIncrefPool: ", api_.last_error());
       return;
     }
     TORCH_CHECK(api_.pool_create(device, id.first, id.second) == 0,
                 "gmlake: createOrIncrefPool: ", api_.last_error());
   }
-  void setUseOnOOM(c10::DeviceIndex /*device*/, c10::MempoolId_t /*id*/,
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id,
                    bool use_on_oom) override {
-    TORCH_CHECK(!use_on_oom,
-                "gmlake: torch.cuda.MemPool(use_on_oom=True) is not "
-                "supported: a gmlake pool's free memory already goes back "
-                "to the lake for everyone when the pool is released, and "
-                "gmlake does not lend one pool's blocks to another while it "
-                "lives (docs/design.md, \"The native PyTorch door\")");
+    TORCH_CHECK(api_.pool_set_use_on_oom(device, id.first, id.second,
+                                         use_on_oom ? 1 : 0) == 0,
+                "gmlake: setUseOnOOM: ", api_.last_error());
   }
   void setNoSplit(c10::DeviceIndex /*device*/,
                   c10::MempoolId_t /*id*/) override {
@@ -643,90 +635,31 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   }
 
   // --- pools another allocator serves: torch.cuda.MemPool(allocator=...),
-  // as NCCL's ncclMemAlloc pools for symmetric memory ---
-  // A request routed to one is that allocator's, one call per block, and
-  // goes back to it when freed; the door counts the pool's uses and keeps
-  // the allocator alive while blocks of it live. Its routes are looked at
-  // before gmlake's (a gmlake pool nested inside one is served by it).
-  bool BeginForeignRoute(c10::DeviceIndex device, c10::MempoolId_t id,
-                         std::function<bool(cudaStream_t)>* filter) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = foreign_pools_.find({device, id});
-    if (it == foreign_pools_.end()) return false;
-    ++it->second.refs;  // as beginAllocateToPool's reference on a pool
-    foreign_routes_.push_back({device, id, std::move(*filter)});
-    foreign_routes_open_.store(foreign_routes_.size());
-    return true;
-  }
-  bool EndForeignRoute(c10::DeviceIndex device, c10::MempoolId_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (foreign_pools_.count({device, id}) == 0) return false;
-    foreign_routes_.erase(
-        std::remove_if(foreign_routes_.begin(), foreign_routes_.end(),
-                       [&](const ForeignRoute& r) {
-                         return r.device == device && r.id == id;
-                       }),
-        foreign_routes_.end());
-    foreign_routes_open_.store(foreign_routes_.size());
-    return true;
-  }
-  bool ReleaseForeignPool(c10::DeviceIndex device, c10::MempoolId_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = foreign_pools_.find({device, id});
-    if (it == foreign_pools_.end()) return false;
-    if (--it->second.refs <= 0) foreign_pools_.erase(it);
-    return true;
-  }
-  void* MallocForeign(size_t n, c10::DeviceIndex device, cudaStream_t stream) {
-    std::shared_ptr<CUDAAllocator> allocator;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto r = foreign_routes_.rbegin(); r != foreign_routes_.rend();
-           ++r) {
-        if (r->device != device || !r->accepts(stream)) continue;
-        auto it = foreign_pools_.find({device, r->id});
-        if (it != foreign_pools_.end()) allocator = it->second.allocator;
-        break;
-      }
+  // as NCCL's ncclMemAlloc pools for symmetric memory. gmlake keeps their
+  // books (client/external_pool.h) and calls these for segments. No
+  // exception may cross into gmlake: a failure is no memory. ---
+  static void* ExternalAlloc(void* ctx, size_t size, uint64_t stream) {
+    try {
+      return (*static_cast<std::shared_ptr<CUDAAllocator>*>(ctx))
+          ->raw_alloc_with_stream(size, reinterpret_cast<cudaStream_t>(stream));
+    } catch (const std::exception& e) {
+      TORCH_WARN("gmlake: a MemPool's allocator failed: ", e.what());
+      return nullptr;
     }
-    if (allocator == nullptr) return nullptr;
-    void* p = allocator->raw_alloc_with_stream(n, stream);
-    TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr,
-                     "CUDA out of memory. Tried to allocate ", n,
-                     " bytes from a MemPool's own allocator (",
-                     allocator->name(), "), which returned no memory");
-    std::lock_guard<std::mutex> lock(mu_);
-    foreign_blocks_[p] = std::move(allocator);
-    foreign_block_count_.store(foreign_blocks_.size());
-    return p;
   }
-  bool ForeignBlock(void* p) {
-    if (foreign_block_count_.load(std::memory_order_relaxed) == 0) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    return foreign_blocks_.count(p) != 0;
+  static void ExternalFree(void* ctx, void* ptr, size_t /*size*/,
+                           uint64_t /*stream*/) {
+    try {
+      (*static_cast<std::shared_ptr<CUDAAllocator>*>(ctx))->raw_delete(ptr);
+    } catch (const std::exception& e) {
+      TORCH_WARN("gmlake: a MemPool's allocator failed to free: ", e.what());
+    }
   }
-  bool FreeForeign(void* p) {
-    if (p == nullptr ||
-        foreign_block_count_.load(std::memory_order_relaxed) == 0) {
-      return false;
-    }
-    std::shared_ptr<CUDAAllocator> allocator;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = foreign_blocks_.find(p);
-      if (it == foreign_blocks_.end()) return false;
-      allocator = std::move(it->second);
-      foreign_blocks_.erase(it);
-      foreign_block_count_.store(foreign_blocks_.size());
-    }
-    allocator->raw_delete(p);
-    return true;
+  static void ExternalDrop(void* ctx) {
+    delete static_cast<std::shared_ptr<CUDAAllocator>*>(ctx);
   }
 
   void* Malloc(size_t n, c10::DeviceIndex device, cudaStream_t stream) {
-    if (foreign_routes_open_.load(std::memory_order_relaxed) > 0) {
-      if (void* p = MallocForeign(n, device, stream)) return p;
-    }
     void* p = nullptr;
     int out_of_memory = 0;
     {
@@ -854,21 +787,6 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   std::vector<cca::OutOfMemoryObserver> oom_observers_;
   std::unordered_set<void*> uncached_;  // cudaMalloc'd with caching off
   std::atomic<size_t> uncached_count_{0};
-  struct ForeignPool {
-    std::shared_ptr<CUDAAllocator> allocator;
-    int refs = 0;
-  };
-  struct ForeignRoute {
-    c10::DeviceIndex device;
-    c10::MempoolId_t id;
-    std::function<bool(cudaStream_t)> accepts;
-  };
-  std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, ForeignPool>
-      foreign_pools_;
-  std::vector<ForeignRoute> foreign_routes_;
-  std::atomic<size_t> foreign_routes_open_{0};
-  std::map<void*, std::shared_ptr<CUDAAllocator>> foreign_blocks_;
-  std::atomic<size_t> foreign_block_count_{0};
   std::atomic<bool> profiled_{false};
   std::map<void*, std::pair<size_t, c10::DeviceIndex>> profiled_sizes_;
   std::vector<cca::AllocatorTraceTracker> trace_trackers_;
@@ -931,6 +849,8 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_pool_use_count", &api.pool_use_count, &missing);
   Bind(lib, "gmlake_pool_live_blocks", &api.pool_live_blocks, &missing);
   Bind(lib, "gmlake_pool_malloc_at", &api.pool_malloc_at, &missing);
+  Bind(lib, "gmlake_pool_create_external", &api.pool_create_external, &missing);
+  Bind(lib, "gmlake_pool_set_use_on_oom", &api.pool_set_use_on_oom, &missing);
   Bind(lib, "gmlake_ipc_share", &api.ipc_share, &missing);
   Bind(lib, "gmlake_ipc_open", &api.ipc_open, &missing);
   Bind(lib, "gmlake_ipc_close", &api.ipc_close, &missing);
