@@ -24,6 +24,11 @@ void DeviceAllocator::CreateOrIncrefPool(MempoolId id) {
 
 void DeviceAllocator::BeginAllocateToPool(MempoolId id, StreamFilter filter) {
   MutexLock lock(&mu_);
+  // PyTorch opens the route before the stream capture begins: the last
+  // moment the events of frees deferred by an earlier capture (blocks used
+  // on side streams) may be queried, so that what has finished serves this
+  // capture (a pool shared by graphs reuses it, as PyTorch's does).
+  if (!capturing() && !pending_.empty()) ProcessPending();
   mempools_.BeginAllocateTo(id, std::move(filter));
   last_pool_[0] = last_pool_[1] = nullptr;
 }

@@ -48,12 +48,13 @@ class GraphPoolTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? *p : 0;
   }
-  // Capture on kCapture (and kSide, joined), as torch.cuda.graph does.
+  // Capture on kCapture (and kSide, joined), as torch.cuda.graph does:
+  // CUDAGraph::capture_begin opens the route, then begins the capture.
   void BeginCapture(MempoolId id) {
-    host_->SetCaptured(kCapture, true);
-    host_->SetCaptured(kSide, true);
     alloc_->BeginAllocateToPool(
         id, [](StreamHandle s) { return s == kCapture || s == kSide; });
+    host_->SetCaptured(kCapture, true);
+    host_->SetCaptured(kSide, true);
   }
   // As CUDAGraph::capture_end: the stream capture ends, then the route.
   void EndCapture(MempoolId id) {
@@ -141,6 +142,29 @@ TEST_F(GraphPoolTest, NoEventCallDuringCaptureAndDeferredFreesRecordAfter) {
   ASSERT_TRUE(alloc_->Free(after).ok());
   alloc_->ReleasePool(id);
   EXPECT_EQ(host_->capture_violations(), 0u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// PyTorch's test_graph_capture_reclaim_shared_pool: a block freed during one
+// capture while a side stream used it (record_stream) serves the next
+// capture into the same pool, once that side work has finished. PyTorch
+// opens the route before the stream capture begins, so the allocator may
+// query the deferred free's events then.
+TEST_F(GraphPoolTest, ABlockFreedInOneCaptureServesTheNextIntoItsPool) {
+  const MempoolId shared{0, 7};
+  alloc_->CreateOrIncrefPool(shared);
+  alloc_->CreateOrIncrefPool(shared);  // two graphs
+  BeginCapture(shared);
+  DevicePtr data = Malloc(8 * kMiB, kCapture);
+  ASSERT_TRUE(alloc_->RecordStream(data, kSide).ok());
+  ASSERT_TRUE(alloc_->Free(data).ok());
+  EndCapture(shared);
+  BeginCapture(shared);  // the second graph
+  EXPECT_EQ(Malloc(8 * kMiB, kCapture), data);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  EndCapture(shared);
+  alloc_->ReleasePool(shared);
+  alloc_->ReleasePool(shared);
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }
 
