@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -165,6 +166,91 @@ TEST(CApiTest, ExternalPoolsCacheTheirAllocatorsSegments) {
             -1);
   EXPECT_EQ(counts.drops, 4);
   gmlake_pool_release(0, 0, 9);
+  gmlake_shutdown();
+}
+
+// What a native door's C++ snapshot() and history calls: stacks from the
+// embedder's gatherer (PyTorch's CapturedTraceback), and the snapshot as
+// structures that carry each stack's handle back.
+struct GatheredStacks {
+  int gathered = 0;
+  int released = 0;
+  std::vector<std::unique_ptr<std::string>> handles;
+};
+void* GatherStack(void* ctx, int cpp) {
+  auto* g = static_cast<GatheredStacks*>(ctx);
+  ++g->gathered;
+  g->handles.push_back(std::make_unique<std::string>(
+      cpp ? "the_script_fn/at::rand" : "the_script_fn"));
+  return g->handles.back().get();
+}
+void StackFrames(void* /*ctx*/, void* handle, gmlake_frame_sink sink,
+                 void* sink_ctx) {
+  const std::string& s = *static_cast<std::string*>(handle);
+  sink(sink_ctx, "test_cuda.py", s.c_str(), 42);
+  sink(sink_ctx, "case.py", "run", 7);
+}
+void ReleaseStack(void* ctx, void* /*handle*/) {
+  ++static_cast<GatheredStacks*>(ctx)->released;
+}
+struct Visited {
+  std::vector<gmlake_block_view> blocks;
+  std::vector<gmlake_trace_view> events;
+};
+
+TEST(CApiTest, SnapshotVisitCarriesTheGatherersStacks) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  GatheredStacks stacks;
+  ASSERT_EQ(gmlake_set_stack_gatherer(&GatherStack, &StackFrames, &ReleaseStack,
+                                      &stacks),
+            0);
+  ASSERT_EQ(gmlake_record_history(100, /*stacks=*/2, /*context=*/3, 1), 0);
+  void* p = gmlake_malloc(311 * 411 * 4, 0, 7);
+  void* q = gmlake_malloc(311 * 411 * 4, 0, 7);  // the same stack again
+  ASSERT_NE(q, nullptr) << gmlake_last_error();
+  EXPECT_GE(stacks.gathered, 2);
+  EXPECT_EQ(stacks.released, stacks.gathered - 1);  // one kept per stack
+  Visited seen;
+  gmlake_snapshot_visitor visitor{
+      [](void* ctx, const gmlake_segment_view* s) {
+        for (size_t i = 0; i < s->num_blocks; ++i) {
+          static_cast<Visited*>(ctx)->blocks.push_back(s->blocks[i]);
+        }
+      },
+      [](void* ctx, const gmlake_trace_view* e) {
+        static_cast<Visited*>(ctx)->events.push_back(*e);
+      }};
+  ASSERT_EQ(gmlake_snapshot_visit(&visitor, &seen), 0);
+  int live = 0;
+  for (const gmlake_block_view& b : seen.blocks) {
+    if (!b.allocated) continue;
+    ++live;
+    EXPECT_EQ(b.requested_size, 311u * 411 * 4);
+    void* h = gmlake_stack_handle(0, b.stack);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(*static_cast<std::string*>(h), "the_script_fn/at::rand");
+  }
+  EXPECT_EQ(live, 2);
+  ASSERT_FALSE(seen.events.empty());
+  EXPECT_EQ(seen.events.back().action, 0);  // alloc
+  EXPECT_EQ(seen.events.back().size, 311u * 411 * 4);
+  EXPECT_NE(gmlake_stack_handle(0, seen.events.back().stack), nullptr);
+  // The Python snapshot shows the gatherer's frames.
+  char* json = gmlake_snapshot_json();
+  ASSERT_NE(json, nullptr);
+  EXPECT_NE(std::string(json).find("the_script_fn/at::rand"),
+            std::string::npos);
+  EXPECT_NE(std::string(json).find("case.py"), std::string::npos);
+  gmlake_free_string(json);
+  EXPECT_EQ(gmlake_stack_handle(0, GMLAKE_NO_STACK), nullptr);
+  EXPECT_EQ(gmlake_snapshot_visit(nullptr, nullptr), -1);
+  ASSERT_EQ(gmlake_set_stack_gatherer(nullptr, nullptr, nullptr, nullptr), 0);
+  const int before = stacks.gathered;
+  void* r = gmlake_malloc(4096, 0, 7);
+  EXPECT_EQ(stacks.gathered, before);  // gmlake's own walk again
+  for (void* x : {p, q, r}) EXPECT_EQ(gmlake_free(x), 0);
+  gmlake_record_history(0, 0, 0, 1);
   gmlake_shutdown();
 }
 

@@ -1620,9 +1620,9 @@ std::string DeviceAllocator::OutOfMemoryMessage(
       "(GMLAKE_CONF=capacity:...).");
 }
 
-std::string DeviceAllocator::SegmentsJson() const {
+std::vector<DeviceAllocator::SegmentView> DeviceAllocator::Segments() const {
   MutexLock lock(&mu_);
-  std::string out = "[";
+  std::vector<SegmentView> out;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (const auto& a : *arenas) {
       for (const auto& [first, seg] : a->segments) {
@@ -1634,49 +1634,71 @@ std::string DeviceAllocator::SegmentsJson() const {
         const Block* run = seg->head;
         for (const Block* b = seg->head; b != nullptr; b = b->next) {
           if (b->next == nullptr || b->next->pool != run->pool) {
-            AppendSegmentJson(*a, run, b->next, &out);
+            out.push_back(ViewOf(*a, run, b->next));
             run = b->next;
           }
         }
       }
     }
   }
-  AppendExternalSegmentsJson(&out);
-  absl::StrAppend(&out, "]");
+  AppendExternalSegments(&out);
   return out;
 }
 
-void DeviceAllocator::AppendSegmentJson(const Arena& a, const Block* head,
-                                        const Block* end,
-                                        std::string* out) const {
-  int64_t allocated = 0, active = 0, requested = 0, total = 0;
-  std::string blocks;
-  for (const Block* b = head; b != end; b = b->next) {
-    const bool live = b->state == BlockState::kAllocated;
-    const bool act = live || b->state == BlockState::kPending;
-    if (live) allocated += b->size, requested += b->requested;
-    if (act) active += b->size;
-    total += b->size;
-    absl::StrAppend(
-        &blocks, blocks.empty() ? "" : ",", "{\"address\":", b->addr,
-        ",\"size\":", b->size, ",\"requested_size\":", live ? b->requested : 0,
-        ",\"state\":\"",
-        live ? "active_allocated" : (act ? "active_pending_free" : "inactive"),
-        "\",\"frames\":",
-        live ? trace_.FramesJson(b->stack) : std::string("[]"), "}");
-  }
+DeviceAllocator::SegmentView DeviceAllocator::ViewOf(const Arena& a,
+                                                     const Block* head,
+                                                     const Block* end) const {
+  SegmentView v;
+  v.addr = head->addr;
+  v.stream = head->pool->stream;
+  v.small = a.small;
   // PyTorch's segment_pool_id: the private pool (graph or MemPool) the
   // segment's memory serves, (0, 0) for default memory.
-  const MempoolId pool_id =
-      mempools_.IdOf(head->pool->mempool).value_or(MempoolId{0, 0});
-  absl::StrAppend(
-      out, out->size() > 1 ? "," : "", "{\"device\":", device_,
-      ",\"address\":", head->addr, ",\"total_size\":", total,
-      ",\"allocated_size\":", allocated, ",\"active_size\":", active,
-      ",\"requested_size\":", requested, ",\"stream\":", head->pool->stream,
-      ",\"segment_type\":\"", a.small ? "small" : "large",
-      "\",\"segment_pool_id\":[", pool_id.first, ",", pool_id.second,
-      "],\"is_expandable\":true,\"frames\":[],\"blocks\":[", blocks, "]}");
+  v.pool = mempools_.IdOf(head->pool->mempool).value_or(MempoolId{0, 0});
+  for (const Block* b = head; b != end; b = b->next) {
+    BlockView bv;
+    bv.addr = b->addr;
+    bv.size = b->size;
+    bv.allocated = b->state == BlockState::kAllocated;
+    bv.active = bv.allocated || b->state == BlockState::kPending;
+    if (bv.allocated) {
+      bv.requested = b->requested;
+      bv.stack = b->stack;
+      v.allocated += b->size;
+      v.requested += b->requested;
+    }
+    if (bv.active) v.active += b->size;
+    v.total += b->size;
+    v.blocks.push_back(bv);
+  }
+  return v;
+}
+
+std::string DeviceAllocator::SegmentsJson() const {
+  std::string out = "[";
+  for (const SegmentView& v : Segments()) {
+    std::string blocks;
+    for (const BlockView& b : v.blocks) {
+      absl::StrAppend(&blocks, blocks.empty() ? "" : ",",
+                      "{\"address\":", b.addr, ",\"size\":", b.size,
+                      ",\"requested_size\":", b.requested, ",\"state\":\"",
+                      b.allocated
+                          ? "active_allocated"
+                          : (b.active ? "active_pending_free" : "inactive"),
+                      "\",\"frames\":", trace_.FramesJson(b.stack), "}");
+    }
+    absl::StrAppend(
+        &out, out.size() > 1 ? "," : "", "{\"device\":", device_,
+        ",\"address\":", v.addr, ",\"total_size\":", v.total,
+        ",\"allocated_size\":", v.allocated, ",\"active_size\":", v.active,
+        ",\"requested_size\":", v.requested, ",\"stream\":", v.stream,
+        ",\"segment_type\":\"", v.small ? "small" : "large",
+        "\",\"segment_pool_id\":[", v.pool.first, ",", v.pool.second,
+        "],\"is_expandable\":", v.expandable ? "true" : "false",
+        ",\"frames\":[],\"blocks\":[", blocks, "]}");
+  }
+  absl::StrAppend(&out, "]");
+  return out;
 }
 
 absl::Status DeviceAllocator::CheckInvariants() const {

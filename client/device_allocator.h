@@ -158,6 +158,26 @@ class DeviceAllocator {
   ChunkSource::AllocatorUsage usage() const;
   void ResetPeaks();
   void ResetAccumulated();
+  // A snapshot's segment, as PyTorch's SegmentInfo: one run of blocks of
+  // one pool and stream (a mapped range of gmlake's may hold several).
+  struct BlockView {
+    DevicePtr addr = 0;
+    size_t size = 0;
+    size_t requested = 0;  // allocated blocks only
+    bool allocated = false;
+    bool active = false;  // allocated, or freed and waiting for streams
+    uint32_t stack = StackCapture::kNoStack;  // the trace's stack id
+  };
+  struct SegmentView {
+    DevicePtr addr = 0;
+    size_t total = 0, allocated = 0, active = 0, requested = 0;
+    StreamHandle stream = 0;
+    bool small = false;
+    bool expandable = true;  // false: another allocator's fixed segment
+    MempoolId pool{0, 0};    // (0, 0): default memory
+    std::vector<BlockView> blocks;
+  };
+  std::vector<SegmentView> Segments() const;
   // The segments in the format of torch.cuda.memory._snapshot()["segments"]
   // (a JSON array).
   std::string SegmentsJson() const;
@@ -324,10 +344,9 @@ class DeviceAllocator {
   // Room for `size` bytes for `pool` in the arenas there are, if any.
   std::optional<Plan> FindRoom(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One segment of SegmentsJson: the blocks from `head` to `end` (not
-  // included) of arena `a`, all of one pool.
-  void AppendSegmentJson(const Arena& a, const Block* head, const Block* end,
-                         std::string* out) const
+  // One segment of Segments(): the blocks from `head` to `end` (not
+  // included) of a mapped range of `a`.
+  SegmentView ViewOf(const Arena& a, const Block* head, const Block* end) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cached chunks covering at most `pages` pages, largest first; with
   // `at_least`, then one more (the smallest) if they cover fewer.
@@ -442,7 +461,7 @@ class DeviceAllocator {
   // hold memory (gmlake's lake counts only its own chunks).
   bool ExternalLeavesRoom(uint64_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AppendExternalSegmentsJson(std::string* out) const
+  void AppendExternalSegments(std::vector<SegmentView>* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;

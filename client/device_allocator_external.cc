@@ -213,28 +213,32 @@ uint64_t DeviceAllocator::GiveBackExternal(uint32_t tag) {
   return bytes;
 }
 
-void DeviceAllocator::AppendExternalSegmentsJson(std::string* out) const {
+void DeviceAllocator::AppendExternalSegments(
+    std::vector<SegmentView>* out) const {
   for (const auto& [tag, e] : external_) {
     const MempoolId id = mempools_.IdOf(tag).value_or(MempoolId{0, 0});
     for (const auto& [addr, seg] : e->books.segments()) {
-      int64_t allocated = 0, requested = 0;
-      std::string blocks;
+      SegmentView v;
+      v.addr = addr;
+      v.stream = seg.stream;
+      v.small = seg.small;
+      v.expandable = false;
+      v.pool = id;
       for (const auto& [baddr, b] : seg.blocks) {
-        if (b.allocated) allocated += b.size, requested += b.requested;
-        absl::StrAppend(&blocks, blocks.empty() ? "" : ",",
-                        "{\"address\":", baddr, ",\"size\":", b.size,
-                        ",\"requested_size\":", b.requested, ",\"state\":\"",
-                        b.allocated ? "active_allocated" : "inactive",
-                        "\",\"frames\":[]}");
+        BlockView bv;
+        bv.addr = baddr;
+        bv.size = b.size;
+        bv.requested = b.requested;
+        bv.allocated = bv.active = b.allocated;
+        if (b.allocated) {
+          v.allocated += b.size;
+          v.requested += b.requested;
+        }
+        v.total += b.size;
+        v.blocks.push_back(bv);
       }
-      absl::StrAppend(
-          out, out->size() > 1 ? "," : "", "{\"device\":", device_,
-          ",\"address\":", addr, ",\"total_size\":", seg.size,
-          ",\"allocated_size\":", allocated, ",\"active_size\":", allocated,
-          ",\"requested_size\":", requested, ",\"stream\":", seg.stream,
-          ",\"segment_type\":\"", seg.small ? "small" : "large",
-          "\",\"segment_pool_id\":[", id.first, ",", id.second,
-          "],\"is_expandable\":false,\"frames\":[],\"blocks\":[", blocks, "]}");
+      v.active = v.allocated;
+      out->push_back(std::move(v));
     }
   }
 }

@@ -82,6 +82,64 @@ char* gmlake_stats_json(int device);
 char* gmlake_snapshot_json(void);
 void gmlake_free_string(char* s);
 
+/* The snapshot as structures, for an embedder's own snapshot type
+ * (PyTorch's C++ CUDAAllocator::snapshot): `segment` is called for each
+ * segment (its blocks inside), then `trace` for each history event of each
+ * device, oldest first; no gmlake lock is held during the calls, and the
+ * views live only for the call. `stack` ids name the stack of an allocated
+ * block or an event (GMLAKE_NO_STACK: none); gmlake_stack_handle gives the
+ * gatherer's handle of one (below). */
+#define GMLAKE_NO_STACK 0xffffffffu
+typedef struct {
+  uint64_t address, size, requested_size;
+  int allocated, active;
+  uint32_t stack;
+} gmlake_block_view;
+typedef struct {
+  int device;
+  uint64_t address, total_size, allocated_size, active_size, requested_size;
+  uint64_t stream;
+  int is_large, is_expandable;
+  uint64_t pool_id0, pool_id1;
+  const gmlake_block_view* blocks;
+  size_t num_blocks;
+} gmlake_segment_view;
+/* Actions: 0 alloc, 1 free_requested, 2 free_completed, 3 segment_map,
+ * 4 segment_unmap, 5 oom (device_free: what the lake could still give). */
+typedef struct {
+  int device, action;
+  uint64_t addr, size, stream;
+  int64_t time_us;
+  uint64_t device_free;
+  uint32_t stack;
+  const char* user_metadata;
+} gmlake_trace_view;
+typedef struct {
+  void (*segment)(void* ctx, const gmlake_segment_view* segment);
+  void (*trace)(void* ctx, const gmlake_trace_view* event);
+} gmlake_snapshot_visitor;
+int gmlake_snapshot_visit(const gmlake_snapshot_visitor* visitor, void* ctx);
+
+/* Stacks for the history from the embedder instead of gmlake's own walk
+ * (PyTorch's CapturedTraceback under the native door: TorchScript frames,
+ * C++ frames as PyTorch symbolizes them). `gather(ctx, cpp)` captures the
+ * calling thread's stack (C++ frames too when `cpp`) with no gmlake lock
+ * held and returns a handle (NULL: none); `frames` lists a handle's frames,
+ * innermost first, to `sink`; `release` drops a handle. gmlake keeps the
+ * first handle of each distinct stack (gmlake_stack_handle) and releases
+ * the others at once. NULL `gather`: gmlake's own walk again. */
+typedef void (*gmlake_frame_sink)(void* sink_ctx, const char* filename,
+                                  const char* name, int line);
+int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
+                              void (*frames)(void* ctx, void* handle,
+                                             gmlake_frame_sink sink,
+                                             void* sink_ctx),
+                              void (*release)(void* ctx, void* handle),
+                              void* ctx);
+/* The gatherer's handle of stack `stack` of `device`'s history (NULL: none
+ * or gmlake's own walk). Valid while the process lives. */
+void* gmlake_stack_handle(int device, uint32_t stack);
+
 /* What the last failing call on this thread said ("" if none). */
 const char* gmlake_last_error(void);
 /* Which backend and lake are in use (NULL before init). */

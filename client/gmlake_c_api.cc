@@ -624,6 +624,78 @@ char* gmlake_snapshot_json(void) {
 
 void gmlake_free_string(char* s) { std::free(s); }
 
+int gmlake_snapshot_visit(const gmlake_snapshot_visitor* visitor, void* ctx) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return -1;
+  if (visitor == nullptr) {
+    return Fail(absl::InvalidArgumentError(
+        "gmlake_snapshot_visit: the visitor must not be NULL"));
+  }
+  for (int dev = 0; dev < a->device_count(); ++dev) {
+    gmlake::DeviceAllocator* d = *a->device(dev);
+    if (visitor->segment != nullptr) {
+      std::vector<gmlake_block_view> blocks;
+      for (const auto& s : d->Segments()) {
+        blocks.clear();
+        for (const auto& b : s.blocks) {
+          blocks.push_back({b.addr, b.size, b.requested, b.allocated ? 1 : 0,
+                            b.active ? 1 : 0, b.stack});
+        }
+        const gmlake_segment_view view{
+            dev,          s.addr,       s.total,       s.allocated,
+            s.active,     s.requested,  s.stream,      s.small ? 0 : 1,
+            s.expandable, s.pool.first, s.pool.second, blocks.data(),
+            blocks.size()};
+        visitor->segment(ctx, &view);
+      }
+    }
+    if (visitor->trace != nullptr) {
+      const gmlake::TraceRecorder& t = d->trace();
+      for (const gmlake::TraceEntry& e : t.Entries()) {
+        const std::string metadata = t.UserMetadata(e.user_metadata);
+        const gmlake_trace_view view{dev,
+                                     static_cast<int>(e.action),
+                                     e.addr,
+                                     e.size,
+                                     e.stream,
+                                     e.time_us,
+                                     e.device_free,
+                                     e.stack,
+                                     metadata.c_str()};
+        visitor->trace(ctx, &view);
+      }
+    }
+  }
+  return 0;
+}
+
+int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
+                              void (*frames)(void* ctx, void* handle,
+                                             gmlake_frame_sink sink,
+                                             void* sink_ctx),
+                              void (*release)(void* ctx, void* handle),
+                              void* ctx) {
+  if (gather == nullptr) {
+    gmlake::SetStackGatherer(nullptr);
+    return 0;
+  }
+  gmlake::StackGatherer g;
+  g.gather = gather;
+  g.frames = frames;
+  g.release = release;
+  g.ctx = ctx;
+  gmlake::SetStackGatherer(&g);
+  return 0;
+}
+
+void* gmlake_stack_handle(int device, uint32_t stack) {
+  gmlake::Allocator* a = Get();
+  if (a == nullptr) return nullptr;
+  absl::StatusOr<gmlake::DeviceAllocator*> d = a->device(device);
+  if (!d.ok()) return nullptr;
+  return (*d)->trace().StackHandle(stack);
+}
+
 const char* gmlake_last_error(void) { return gmlake::last_error.c_str(); }
 
 const char* gmlake_describe(void) {

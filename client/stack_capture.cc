@@ -6,7 +6,9 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -107,8 +109,9 @@ std::string Demangle(const char* symbol) {
 
 StackCapture::StackCapture() = default;
 
-// Code objects keep the references taken: by the time the allocator goes,
-// the interpreter may be finalized, and dropping them then would crash.
+// Code objects keep the references taken, and so do the gatherer's
+// handles: by the time the allocator goes, the interpreter may be
+// finalized, and dropping them then would crash.
 StackCapture::~StackCapture() = default;
 
 bool StackCapture::has_python() const { return Python().ok; }
@@ -185,8 +188,71 @@ uint32_t StackCapture::InternStack(std::vector<uint32_t> ids) {
   return id;
 }
 
+namespace {
+// The installed gatherer (StackGatherer): set rarely, read on each capture.
+Mutex gatherer_mu;
+std::optional<StackGatherer> installed_gatherer ABSL_GUARDED_BY(gatherer_mu);
+std::atomic<bool> gatherer_set{false};
+
+std::optional<StackGatherer> CurrentGatherer() {
+  if (!gatherer_set.load(std::memory_order_acquire)) return std::nullopt;
+  MutexLock lock(&gatherer_mu);
+  return installed_gatherer;
+}
+}  // namespace
+
+void SetStackGatherer(const StackGatherer* gatherer) {
+  MutexLock lock(&gatherer_mu);
+  if (gatherer == nullptr || gatherer->gather == nullptr) {
+    installed_gatherer.reset();
+  } else {
+    installed_gatherer = *gatherer;
+  }
+  gatherer_set.store(installed_gatherer.has_value(), std::memory_order_release);
+}
+
+uint32_t StackCapture::Gather(const StackGatherer& g, StackKind kind) {
+  void* handle = g.gather(g.ctx, kind == StackKind::kAll ? 1 : 0);
+  if (handle == nullptr) return kNoStack;
+  std::vector<Frame> frames;
+  if (g.frames != nullptr) {
+    g.frames(
+        g.ctx, handle,
+        [](void* sink, const char* filename, const char* name, int line) {
+          static_cast<std::vector<Frame>*>(sink)->push_back(
+              {filename != nullptr ? filename : "??",
+               name != nullptr ? name : "??", line});
+        },
+        &frames);
+  }
+  uint32_t stack;
+  bool kept = false;
+  {
+    MutexLock lock(&mu_);
+    std::vector<uint32_t> ids;
+    ids.reserve(frames.size());
+    for (Frame& f : frames) ids.push_back(Intern(std::move(f)));
+    stack = InternStack(std::move(ids));
+    if (stack != kNoStack && !handles_.contains(stack)) {
+      handles_.emplace(stack, std::make_pair(handle, g));
+      kept = true;
+    }
+  }
+  if (!kept && g.release != nullptr) g.release(g.ctx, handle);
+  return stack;
+}
+
+void* StackCapture::Handle(uint32_t stack) const {
+  MutexLock lock(&mu_);
+  auto it = handles_.find(stack);
+  return it == handles_.end() ? nullptr : it->second.first;
+}
+
 uint32_t StackCapture::Capture(StackKind kind) {
   if (kind == StackKind::kNone) return kNoStack;
+  if (std::optional<StackGatherer> g = CurrentGatherer()) {
+    return Gather(*g, kind);
+  }
   void* pcs[kMaxNativeFrames];
   const int n = kind == StackKind::kAll ? backtrace(pcs, kMaxNativeFrames) : 0;
   const PythonApi& py = Python();

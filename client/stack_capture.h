@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +41,28 @@ struct Frame {
   int line = 0;
 };
 
+// Stacks from the embedder instead of gmlake's own walk: PyTorch's
+// CapturedTraceback under the native door, which knows TorchScript frames
+// and symbolizes C++ frames its own way. `gather` captures the calling
+// thread's stack (C++ frames too when `cpp`; called with no gmlake lock
+// held) and returns a handle, null for none; `frames` lists a handle's
+// frames, innermost first, to `sink`; `release` drops one. gmlake keeps
+// the first handle of each distinct stack for callers that want the
+// embedder's own object back (Handle: PyTorch's C++ snapshot), and
+// releases the rest at once.
+struct StackGatherer {
+  using FrameSink = void (*)(void* sink_ctx, const char* filename,
+                             const char* name, int line);
+  void* (*gather)(void* ctx, int cpp) = nullptr;
+  void (*frames)(void* ctx, void* handle, FrameSink sink,
+                 void* sink_ctx) = nullptr;
+  void (*release)(void* ctx, void* handle) = nullptr;
+  void* ctx = nullptr;
+};
+// Installs `gatherer` for every StackCapture of the process (copied);
+// null goes back to gmlake's own walk. Handles kept so far stay valid.
+void SetStackGatherer(const StackGatherer* gatherer);
+
 class StackCapture {
  public:
   static constexpr uint32_t kNoStack = ~uint32_t{0};
@@ -55,6 +78,9 @@ class StackCapture {
   uint32_t Capture(StackKind kind);
   // The frames of a stack Capture returned.
   std::vector<Frame> Frames(uint32_t stack) const;
+  // The embedder's handle of that stack (StackGatherer), null when it was
+  // walked by gmlake itself.
+  void* Handle(uint32_t stack) const;
   // Whether Python frames can be had in this process at all.
   bool has_python() const;
 
@@ -67,6 +93,8 @@ class StackCapture {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t InternStack(std::vector<uint32_t> ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Capture through an installed gatherer.
+  uint32_t Gather(const StackGatherer& g, StackKind kind);
 
   mutable Mutex mu_;
   std::vector<Frame> frames_ ABSL_GUARDED_BY(mu_);
@@ -77,6 +105,9 @@ class StackCapture {
   // its file and function, as a frame without a line.
   absl::flat_hash_map<void*, Frame> code_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint32_t>> stacks_ ABSL_GUARDED_BY(mu_);
+  // By stack id: the gatherer's handle of its first capture, and whose.
+  absl::flat_hash_map<uint32_t, std::pair<void*, StackGatherer>> handles_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> stack_ids_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -160,6 +160,11 @@ std::vector<TraceEntry> TraceRecorder::Entries() const {
   return EntriesLocked();
 }
 
+std::string TraceRecorder::UserMetadata(uint32_t index) const {
+  MutexLock lock(&mu_);
+  return index < metadata_.size() ? metadata_[index] : std::string();
+}
+
 std::string TraceRecorder::ToJson() const {
   MutexLock lock(&mu_);
   std::string out = "[";

@@ -112,6 +112,10 @@ class TraceRecorder {
   std::string ToJson() const;
   // The events, oldest first.
   std::vector<TraceEntry> Entries() const;
+  // An event's user_metadata string.
+  std::string UserMetadata(uint32_t index) const;
+  // The embedder's handle of `stack` (StackGatherer), null if none.
+  void* StackHandle(uint32_t stack) const { return capture_.Handle(stack); }
 
  private:
   std::vector<TraceEntry> EntriesLocked() const
