@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 #include <sys/types.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +70,10 @@ struct Api {
   decltype(&gmlake_pool_malloc_at) pool_malloc_at = nullptr;
   decltype(&gmlake_pool_create_external) pool_create_external = nullptr;
   decltype(&gmlake_pool_set_use_on_oom) pool_set_use_on_oom = nullptr;
+  decltype(&gmlake_record_history) record_history = nullptr;
+  decltype(&gmlake_snapshot_visit) snapshot_visit = nullptr;
+  decltype(&gmlake_set_stack_gatherer) set_stack_gatherer = nullptr;
+  decltype(&gmlake_stack_handle) stack_handle = nullptr;
   decltype(&gmlake_ipc_share) ipc_share = nullptr;
   decltype(&gmlake_ipc_open) ipc_open = nullptr;
   decltype(&gmlake_ipc_close) ipc_close = nullptr;
@@ -130,6 +135,116 @@ struct GMLakePoolState : cca::AllocatorState {
 
 void Delete(void* ptr);
 void DeleteUncached(void* ptr);
+
+// --- history stacks: PyTorch's own gatherer (gmlake_set_stack_gatherer) ---
+// gmlake asks for a stack on each call its history keeps one for. The door
+// gathers it as PyTorch's allocator would: with the recorder recordHistory
+// was given (C++ callers), else Python and TorchScript frames (and C++ ones
+// when gmlake asks: stacks="all"). Frames then name TorchScript functions,
+// and the C++ snapshot gets PyTorch's own objects back (snapshot()).
+std::atomic<cca::CreateContextFn> history_recorder{nullptr};
+
+using Context = std::shared_ptr<c10::GatheredContext>;
+
+void* GatherStack(void* /*ctx*/, int cpp) {
+  try {
+    Context c;
+    if (cca::CreateContextFn recorder = history_recorder.load()) {
+      c = recorder();
+    } else {
+      c = torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true,
+                                           /*cpp=*/cpp != 0);
+    }
+    return c == nullptr ? nullptr : new Context(std::move(c));
+  } catch (...) {
+    return nullptr;  // no stack rather than an exception into gmlake
+  }
+}
+
+void StackFrames(void* /*ctx*/, void* handle, gmlake_frame_sink sink,
+                 void* sink_ctx) {
+  try {
+    auto* tb = dynamic_cast<torch::CapturedTraceback*>(
+        static_cast<Context*>(handle)->get());
+    if (tb == nullptr) return;
+    torch::SymbolizedTracebacks s = torch::symbolize({tb});
+    if (s.tracebacks.empty()) return;
+    for (uint64_t i : s.tracebacks[0]) {
+      const auto& f = s.all_frames.at(i);
+      sink(sink_ctx, f.filename.c_str(), f.funcname.c_str(),
+           static_cast<int>(f.lineno));
+    }
+  } catch (...) {
+  }
+}
+
+void ReleaseStack(void* /*ctx*/, void* handle) {
+  delete static_cast<Context*>(handle);
+}
+
+// gmlake_snapshot_visit into PyTorch's SnapshotInfo.
+struct SnapshotVisit {
+  const Api* api;
+  cca::SnapshotInfo* info;
+  c10::MempoolId_t pool;  // {0, 0}: every segment
+};
+
+Context ContextOf(const Api& api, int device, uint32_t stack) {
+  if (stack == GMLAKE_NO_STACK) return nullptr;
+  void* h = api.stack_handle(device, stack);
+  return h == nullptr ? nullptr : *static_cast<Context*>(h);
+}
+
+void VisitSegment(void* ctx, const gmlake_segment_view* s) {
+  auto* v = static_cast<SnapshotVisit*>(ctx);
+  if ((v->pool.first != 0 || v->pool.second != 0) &&
+      (s->pool_id0 != v->pool.first || s->pool_id1 != v->pool.second)) {
+    return;
+  }
+  cca::SegmentInfo seg;
+  seg.device = static_cast<c10::DeviceIndex>(s->device);
+  seg.address = s->address;
+  seg.total_size = s->total_size;
+  seg.requested_size = s->requested_size;
+  seg.allocated_size = s->allocated_size;
+  seg.active_size = s->active_size;
+  seg.stream = reinterpret_cast<void*>(s->stream);
+  seg.is_large = s->is_large != 0;
+  seg.is_expandable = s->is_expandable != 0;
+  seg.owner_private_pool_id = {s->pool_id0, s->pool_id1};
+  for (size_t i = 0; i < s->num_blocks; ++i) {
+    const gmlake_block_view& b = s->blocks[i];
+    cca::BlockInfo block;
+    block.size = b.size;
+    block.requested_size = b.requested_size;
+    block.allocated = b.allocated != 0;
+    block.active = b.active != 0;
+    block.context_when_allocated = ContextOf(*v->api, s->device, b.stack);
+    seg.blocks.push_back(std::move(block));
+  }
+  v->info->segments.push_back(std::move(seg));
+}
+
+void VisitTrace(void* ctx, const gmlake_trace_view* t) {
+  auto* v = static_cast<SnapshotVisit*>(ctx);
+  using Action = cca::TraceEntry::Action;
+  static constexpr Action kActions[] = {
+      Action::ALLOC,       Action::FREE_REQUESTED, Action::FREE_COMPLETED,
+      Action::SEGMENT_MAP, Action::SEGMENT_UNMAP,  Action::OOM};
+  if (t->action < 0 || t->action >= 6) return;
+  const Action action = kActions[t->action];
+  if (t->device >= static_cast<int>(v->info->device_traces.size())) {
+    v->info->device_traces.resize(t->device + 1);
+  }
+  cca::TraceEntry e(action, static_cast<c10::DeviceIndex>(t->device),
+                    action == Action::OOM ? t->device_free : t->addr, t->size,
+                    reinterpret_cast<void*>(t->stream), {0, 0},
+                    /*time=*/0, ContextOf(*v->api, t->device, t->stack), "",
+                    t->user_metadata != nullptr ? t->user_metadata : "");
+  // PyTorch's snapshot() turns its clock into microseconds; gmlake's is one.
+  e.time_.t_ = static_cast<time_t>(t->time_us);
+  v->info->device_traces[t->device].push_back(std::move(e));
+}
 
 class GMLakeAllocator final : public cca::CUDAAllocator {
  public:
@@ -348,12 +463,11 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     TORCH_CHECK(api_.reset_peaks(device) == 0, "gmlake: ", api_.last_error());
   }
 
-  // Segments and traces: gmlake's Python module answers
-  // torch.cuda.memory._snapshot() itself (gmlake/_snapshot.py, with
-  // gmlake's stitched segments); C++ callers get a valid, empty snapshot
-  // with one (empty) trace per device.
-  cca::SnapshotInfo snapshot(c10::MempoolId_t /*mempool_id*/,
-                             bool /*include_traces*/) override {
+  // Segments and traces for C++ callers
+  // (torch::cuda::_memory_snapshot_pickled); Python's
+  // torch.cuda.memory._snapshot() is gmlake/_snapshot.py's.
+  cca::SnapshotInfo snapshot(c10::MempoolId_t mempool_id,
+                             bool include_traces) override {
     cca::SnapshotInfo info;
     info.device_traces.resize(std::max(device_count_, 1));
     info.config_metadata.garbage_collection_threshold = 0;
@@ -364,15 +478,30 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     info.config_metadata.pinned_use_host_register = false;
     info.config_metadata.graph_capture_record_stream_reuse = false;
     info.config_metadata.last_allocator_settings = "gmlake";
+    SnapshotVisit visit{&api_, &info, mempool_id};
+    const gmlake_snapshot_visitor visitor{
+        &VisitSegment, include_traces ? &VisitTrace : nullptr};
+    TORCH_CHECK(api_.snapshot_visit(&visitor, &visit) == 0,
+                "gmlake: snapshot: ", api_.last_error());
     return info;
   }
-  // History is recorded by gmlake (torch.cuda.memory._record_memory_history
-  // is routed to gmlake_record_history by gmlake/_torch.py).
-  bool isHistoryEnabled() override { return false; }
-  void recordHistory(bool /*enabled*/, cca::CreateContextFn /*recorder*/,
-                     size_t /*max_entries*/, cca::RecordContext /*when*/,
-                     bool /*clear*/,
-                     const std::vector<std::string>& /*skip*/) override {}
+  // C++ callers' history (torch::cuda::_record_memory_history): gmlake's,
+  // with PyTorch's recorder for the stacks. Python's
+  // torch.cuda.memory._record_memory_history is routed to gmlake directly
+  // (gmlake/_torch.py) and gets the same stacks through GatherStack.
+  bool isHistoryEnabled() override { return history_on_.load(); }
+  void recordHistory(bool enabled, cca::CreateContextFn recorder,
+                     size_t max_entries, cca::RecordContext when, bool clear,
+                     const std::vector<std::string>& /*skip*/) override {
+    history_recorder.store(enabled ? recorder : nullptr);
+    // PyTorch's RecordContext numbers are gmlake's contexts.
+    const int context = enabled ? static_cast<int>(when) : 0;
+    const int stacks = context != 0 && recorder != nullptr ? 1 : 0;
+    TORCH_CHECK(api_.record_history(enabled ? max_entries : 0, stacks, context,
+                                    clear ? 1 : 0) == 0,
+                "gmlake: recordHistory: ", api_.last_error());
+    history_on_.store(enabled);
+  }
   void attachAllocatorTraceTracker(
       cca::AllocatorTraceTracker tracker) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -779,6 +908,7 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   std::atomic<bool> initialized_{false};
   std::atomic<bool> enabled_{true};
   int device_count_ = 0;
+  std::atomic<bool> history_on_{false};
   std::mutex mu_;
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>,
            std::vector<std::unique_ptr<RouteFilter>>>
@@ -851,6 +981,10 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_pool_malloc_at", &api.pool_malloc_at, &missing);
   Bind(lib, "gmlake_pool_create_external", &api.pool_create_external, &missing);
   Bind(lib, "gmlake_pool_set_use_on_oom", &api.pool_set_use_on_oom, &missing);
+  Bind(lib, "gmlake_record_history", &api.record_history, &missing);
+  Bind(lib, "gmlake_snapshot_visit", &api.snapshot_visit, &missing);
+  Bind(lib, "gmlake_set_stack_gatherer", &api.set_stack_gatherer, &missing);
+  Bind(lib, "gmlake_stack_handle", &api.stack_handle, &missing);
   Bind(lib, "gmlake_ipc_share", &api.ipc_share, &missing);
   Bind(lib, "gmlake_ipc_open", &api.ipc_open, &missing);
   Bind(lib, "gmlake_ipc_close", &api.ipc_close, &missing);
@@ -863,6 +997,8 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   }
   try {
     auto door = std::make_shared<GMLakeAllocator>(api);
+    // History stacks from PyTorch's own gatherer from now on.
+    api.set_stack_gatherer(&GatherStack, &StackFrames, &ReleaseStack, nullptr);
     // Refuses (c10::Error) once PyTorch's own allocator has started.
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(door);
     // torch.accelerator's calls (memory_stats, empty_cache, ...) find the
