@@ -254,6 +254,41 @@ TEST(CApiTest, SnapshotVisitCarriesTheGatherersStacks) {
   gmlake_shutdown();
 }
 
+// What a native door's pushCompileContext/popCompileContext call: the
+// events recorded inside carry torch.compile's region, PyTorch's "N/A"
+// outside (test_memory_compile_regions reads the sequence).
+TEST(CApiTest, HistoryEventsCarryTheCompileContext) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  ASSERT_EQ(gmlake_record_history(100, 0, 0, 1), 0);
+  void* before = gmlake_malloc(4096, 0, 7);
+  ASSERT_EQ(gmlake_push_compile_context("Torch-Compiled Region: 0/0"), 0);
+  void* inside = gmlake_malloc(4096, 0, 7);
+  ASSERT_EQ(gmlake_pop_compile_context(), 0);
+  EXPECT_EQ(gmlake_pop_compile_context(), 0);  // one too many: harmless
+  void* after = gmlake_malloc(4096, 0, 7);
+  std::vector<std::string> seen;
+  gmlake_snapshot_visitor visitor{
+      nullptr, [](void* ctx, const gmlake_trace_view* e) {
+        if (e->action == 0) {
+          static_cast<std::vector<std::string>*>(ctx)->push_back(
+              e->compile_context);
+        }
+      }};
+  ASSERT_EQ(gmlake_snapshot_visit(&visitor, &seen), 0);
+  EXPECT_EQ(seen, (std::vector<std::string>{"N/A", "Torch-Compiled Region: 0/0",
+                                            "N/A"}));
+  char* json = gmlake_snapshot_json();
+  EXPECT_NE(std::string(json).find(
+                "\"compile_context\":\"Torch-Compiled Region: 0/0\""),
+            std::string::npos);
+  gmlake_free_string(json);
+  EXPECT_EQ(gmlake_push_compile_context(nullptr), -1);
+  for (void* p : {before, inside, after}) EXPECT_EQ(gmlake_free(p), 0);
+  gmlake_record_history(0, 0, 0, 1);
+  gmlake_shutdown();
+}
+
 // What a native door's setCheckpointPoolState calls: the pool's live
 // blocks with their sizes, and an allocation at a given address.
 TEST(CApiTest, PoolLiveBlocksAndMallocAt) {

@@ -74,6 +74,11 @@ int gmlake_record_history(uint64_t max_entries, int stacks, int context,
 /* The "user_metadata" string of every history event recorded from now on
  * (torch.cuda.memory._set_memory_metadata; "" for none). */
 int gmlake_set_history_metadata(const char* metadata);
+/* torch.compile's regions (PyTorch's pushCompileContext/popCompileContext):
+ * the history events this thread records until the pop carry `name` as
+ * their "compile_context" ("N/A" outside any). */
+int gmlake_push_compile_context(const char* name);
+int gmlake_pop_compile_context(void);
 
 /* JSON, to be released with gmlake_free_string. Stats use PyTorch's keys
  * ("allocated_bytes.all.current", ...) plus "gmlake.*"; device -1: all.
@@ -113,6 +118,7 @@ typedef struct {
   uint64_t device_free;
   uint32_t stack;
   const char* user_metadata;
+  const char* compile_context; /* torch.compile's region, "N/A": none */
 } gmlake_trace_view;
 typedef struct {
   void (*segment)(void* ctx, const gmlake_segment_view* segment);

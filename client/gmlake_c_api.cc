@@ -653,6 +653,8 @@ int gmlake_snapshot_visit(const gmlake_snapshot_visitor* visitor, void* ctx) {
       const gmlake::TraceRecorder& t = d->trace();
       for (const gmlake::TraceEntry& e : t.Entries()) {
         const std::string metadata = t.UserMetadata(e.user_metadata);
+        const std::string compile_context =
+            gmlake::TraceRecorder::CompileContextName(e.compile_context);
         const gmlake_trace_view view{dev,
                                      static_cast<int>(e.action),
                                      e.addr,
@@ -661,11 +663,26 @@ int gmlake_snapshot_visit(const gmlake_snapshot_visitor* visitor, void* ctx) {
                                      e.time_us,
                                      e.device_free,
                                      e.stack,
-                                     metadata.c_str()};
+                                     metadata.c_str(),
+                                     compile_context.c_str()};
         visitor->trace(ctx, &view);
       }
     }
   }
+  return 0;
+}
+
+int gmlake_push_compile_context(const char* name) {
+  if (name == nullptr) {
+    return Fail(absl::InvalidArgumentError(
+        "gmlake_push_compile_context: the name must not be NULL"));
+  }
+  gmlake::TraceRecorder::PushCompileContext(name);
+  return 0;
+}
+
+int gmlake_pop_compile_context(void) {
+  gmlake::TraceRecorder::PopCompileContext();
   return 0;
 }
 

@@ -82,6 +82,36 @@ TraceRecorder::CallScope::CallScope(TraceRecorder* recorder, CallKind kind) {
 
 uint32_t TraceRecorder::CurrentStack() { return current_stack; }
 
+namespace {
+// Compile-context names, interned for the process (index 0: "N/A"), and
+// each thread's stack of them.
+Mutex compile_names_mu;
+std::vector<std::string>& CompileNames()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(compile_names_mu) {
+  static auto* names = new std::vector<std::string>{"N/A"};
+  return *names;
+}
+thread_local std::vector<uint32_t> compile_stack;
+}  // namespace
+
+void TraceRecorder::PushCompileContext(const std::string& name) {
+  MutexLock lock(&compile_names_mu);
+  std::vector<std::string>& names = CompileNames();
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) it = names.insert(names.end(), name);
+  compile_stack.push_back(static_cast<uint32_t>(it - names.begin()));
+}
+
+void TraceRecorder::PopCompileContext() {
+  if (!compile_stack.empty()) compile_stack.pop_back();
+}
+
+std::string TraceRecorder::CompileContextName(uint32_t id) {
+  MutexLock lock(&compile_names_mu);
+  const std::vector<std::string>& names = CompileNames();
+  return id < names.size() ? names[id] : names[0];
+}
+
 std::string TraceRecorder::FramesJson(uint32_t stack) const {
   std::string out = "[";
   bool first = true;
@@ -141,6 +171,7 @@ void TraceRecorder::Record(TraceAction action, DevicePtr addr, uint64_t size,
                 ? StackCapture::kNoStack
                 : current_stack;
   e.user_metadata = current_metadata_;
+  e.compile_context = compile_stack.empty() ? 0 : compile_stack.back();
   if (ring_.size() < max_entries_) {
     ring_.push_back(e);
   } else {
@@ -174,7 +205,9 @@ std::string TraceRecorder::ToJson() const {
         &out, first ? "" : ",", "{\"action\":\"", TraceActionName(e.action),
         "\",\"addr\":", e.addr, ",\"size\":", e.size, ",\"stream\":", e.stream,
         ",\"time_us\":", e.time_us,
-        ",\"user_metadata\":", JsonString(metadata_[e.user_metadata]));
+        ",\"user_metadata\":", JsonString(metadata_[e.user_metadata]),
+        ",\"compile_context\":",
+        JsonString(CompileContextName(e.compile_context)));
     if (e.action == TraceAction::kOom) {
       absl::StrAppend(&out, ",\"device_free\":", e.device_free);
     }

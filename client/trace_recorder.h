@@ -63,6 +63,9 @@ struct TraceEntry {
   uint64_t device_free = 0;  // kOom: what the lake could still give
   uint32_t stack = StackCapture::kNoStack;
   uint32_t user_metadata = 0;  // TraceRecorder's string of that index
+  // torch.compile's region the call was made in (CompileContextName; 0:
+  // none, PyTorch's "N/A").
+  uint32_t compile_context = 0;
 };
 
 class TraceRecorder {
@@ -102,6 +105,15 @@ class TraceRecorder {
   // "user_metadata" (torch.cuda.memory._set_memory_metadata; "" for none).
   void SetUserMetadata(const std::string& metadata);
   bool on() const { return on_.load(std::memory_order_relaxed); }
+
+  // torch.compile's regions (PyTorch's pushCompileContext and
+  // popCompileContext, which its record-function callbacks call around a
+  // "Torch-Compiled Region: N/M"): a stack per thread, process-wide; the
+  // events a thread records carry its innermost region.
+  static void PushCompileContext(const std::string& name);
+  static void PopCompileContext();
+  // The name of compile context `id` ("N/A" for 0).
+  static std::string CompileContextName(uint32_t id);
 
   void Record(TraceAction action, DevicePtr addr, uint64_t size,
               StreamHandle stream, uint64_t device_free = 0);

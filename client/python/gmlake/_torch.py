@@ -223,9 +223,17 @@ def empty_cache():
 
 
 def _record_history(enabled="all", context="all", stacks="all",
-                    max_entries=sys.maxsize, clear_history=False, *unused,
-                    **unused_kw):
-    # PyTorch passes more (compile_context, ...) that GMLake has no use for.
+                    max_entries=sys.maxsize, clear_history=False, *more,
+                    **more_kw):
+    # Under the native door PyTorch's own entry point runs first: it checks
+    # the arguments, installs what compile_context=True and annotations need
+    # (record-function callbacks that call the door's pushCompileContext),
+    # and hands the door its stack recorder. gmlake's own call then sets the
+    # history exactly ("state", contexts, max_entries) as without the door.
+    original = _routed.get("_cuda_record_memory_history")
+    if door_in_use == "native" and original is not None:
+        original(enabled, context, stacks, max_entries, clear_history, *more,
+                 **more_kw)
     _snapshot.record_history(enabled, context, stacks, max_entries,
                              clear_history)
 

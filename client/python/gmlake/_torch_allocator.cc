@@ -74,6 +74,8 @@ struct Api {
   decltype(&gmlake_snapshot_visit) snapshot_visit = nullptr;
   decltype(&gmlake_set_stack_gatherer) set_stack_gatherer = nullptr;
   decltype(&gmlake_stack_handle) stack_handle = nullptr;
+  decltype(&gmlake_push_compile_context) push_compile_context = nullptr;
+  decltype(&gmlake_pop_compile_context) pop_compile_context = nullptr;
   decltype(&gmlake_ipc_share) ipc_share = nullptr;
   decltype(&gmlake_ipc_open) ipc_open = nullptr;
   decltype(&gmlake_ipc_close) ipc_close = nullptr;
@@ -239,7 +241,8 @@ void VisitTrace(void* ctx, const gmlake_trace_view* t) {
   cca::TraceEntry e(action, static_cast<c10::DeviceIndex>(t->device),
                     action == Action::OOM ? t->device_free : t->addr, t->size,
                     reinterpret_cast<void*>(t->stream), {0, 0},
-                    /*time=*/0, ContextOf(*v->api, t->device, t->stack), "",
+                    /*time=*/0, ContextOf(*v->api, t->device, t->stack),
+                    t->compile_context != nullptr ? t->compile_context : "N/A",
                     t->user_metadata != nullptr ? t->user_metadata : "");
   // PyTorch's snapshot() turns its clock into microseconds; gmlake's is one.
   e.time_.t_ = static_cast<time_t>(t->time_us);
@@ -502,6 +505,12 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
                 "gmlake: recordHistory: ", api_.last_error());
     history_on_.store(enabled);
   }
+  // torch.compile's regions, pushed by PyTorch's record-function callbacks
+  // (installed by _record_memory_history(compile_context=True)).
+  void pushCompileContext(std::string& md) override {
+    api_.push_compile_context(md.c_str());
+  }
+  void popCompileContext() override { api_.pop_compile_context(); }
   void attachAllocatorTraceTracker(
       cca::AllocatorTraceTracker tracker) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -985,6 +994,8 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_snapshot_visit", &api.snapshot_visit, &missing);
   Bind(lib, "gmlake_set_stack_gatherer", &api.set_stack_gatherer, &missing);
   Bind(lib, "gmlake_stack_handle", &api.stack_handle, &missing);
+  Bind(lib, "gmlake_push_compile_context", &api.push_compile_context, &missing);
+  Bind(lib, "gmlake_pop_compile_context", &api.pop_compile_context, &missing);
   Bind(lib, "gmlake_ipc_share", &api.ipc_share, &missing);
   Bind(lib, "gmlake_ipc_open", &api.ipc_open, &missing);
   Bind(lib, "gmlake_ipc_close", &api.ipc_close, &missing);
