@@ -179,15 +179,24 @@ void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
   b->stack = trace_.block_stacks() ? TraceRecorder::CurrentStack()
                                    : StackCapture::kNoStack;
   live_[b->addr] = b;
-  ++stats_.num_mallocs;
-  stats_.allocated_bytes.Add(static_cast<int64_t>(b->size), small);
-  stats_.requested_bytes.Add(static_cast<int64_t>(requested), small);
-  stats_.active_bytes.Add(static_cast<int64_t>(b->size), small);
-  stats_.allocation.Add(1, small);
-  stats_.active.Add(1, small);
+  CountLive(b->size, requested, small, +1);
+  CountActive(b->size, small, +1);
   if (trace_.on()) {
     trace_.Record(TraceAction::kAlloc, b->addr, requested, b->pool->stream);
   }
+}
+
+void DeviceAllocator::CountLive(size_t size, size_t requested, bool small,
+                                int sign) {
+  (sign > 0 ? stats_.num_mallocs : stats_.num_frees) += 1;
+  stats_.allocated_bytes.Add(sign * static_cast<int64_t>(size), small);
+  stats_.requested_bytes.Add(sign * static_cast<int64_t>(requested), small);
+  stats_.allocation.Add(sign, small);
+}
+
+void DeviceAllocator::CountActive(size_t size, bool small, int sign) {
+  stats_.active_bytes.Add(sign * static_cast<int64_t>(size), small);
+  stats_.active.Add(sign, small);
 }
 
 absl::Status DeviceAllocator::Free(DevicePtr ptr) {
@@ -203,11 +212,7 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
   }
   Block* b = it->second;
   live_.erase(it);
-  ++stats_.num_frees;
-  const bool small = b->pool->small;
-  stats_.allocated_bytes.Add(-static_cast<int64_t>(b->size), small);
-  stats_.requested_bytes.Add(-static_cast<int64_t>(b->requested), small);
-  stats_.allocation.Add(-1, small);
+  CountLive(b->size, b->requested, b->pool->small, -1);
   if (trace_.on()) {
     trace_.Record(TraceAction::kFreeRequested, ptr, b->requested,
                   b->pool->stream);
@@ -266,8 +271,7 @@ void DeviceAllocator::MakeReusable(Block* b) {
   if (b->pool->retired) b->pool = GetPool(b->pool->stream, b->pool->small, 0);
   b->free_seq = ++free_seq_;
   const bool small = b->pool->small;
-  stats_.active_bytes.Add(-static_cast<int64_t>(b->size), small);
-  stats_.active.Add(-1, small);
+  CountActive(b->size, small, -1);
   stats_.inactive_split_bytes.Add(static_cast<int64_t>(b->size), small);
   if (trace_.on()) {
     trace_.Record(TraceAction::kFreeCompleted, b->addr, b->requested,

@@ -202,6 +202,13 @@ class DeviceAllocator {
   // Marks (part of) free block `b`, already out of its index, allocated.
   void Allocate(Block* b, size_t size, size_t requested)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The statistics of a block handed out (sign +1) or freed (-1): what
+  // live allocations hold; and of a block becoming active or not (freed
+  // blocks stay active until other streams' work on them is done).
+  void CountLive(size_t size, size_t requested, bool small, int sign)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountActive(size_t size, bool small, int sign)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A freed block, no longer in use on any stream, goes back to its pool.
   void MakeReusable(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `b` takes over its address neighbour `next` (out of every index).

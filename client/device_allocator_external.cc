@@ -57,13 +57,8 @@ void DeviceAllocator::BookExternalBlock(uint32_t tag,
                                         size_t requested, StreamHandle stream) {
   external_live_[t.addr] = tag;
   external_allocated_ += t.size;
-  ++stats_.num_mallocs;
-  const auto size = static_cast<int64_t>(t.size);
-  stats_.allocated_bytes.Add(size, t.small);
-  stats_.requested_bytes.Add(static_cast<int64_t>(requested), t.small);
-  stats_.active_bytes.Add(size, t.small);
-  stats_.allocation.Add(1, t.small);
-  stats_.active.Add(1, t.small);
+  CountLive(t.size, requested, t.small, +1);
+  CountActive(t.size, t.small, +1);
   if (trace_.on())
     trace_.Record(TraceAction::kAlloc, t.addr, requested, stream);
 }
@@ -162,13 +157,8 @@ bool DeviceAllocator::FreeExternal(DevicePtr ptr, absl::Status* status) {
     return true;
   }
   external_allocated_ -= f->size;
-  ++stats_.num_frees;
-  const auto size = static_cast<int64_t>(f->size);
-  stats_.allocated_bytes.Add(-size, f->small);
-  stats_.requested_bytes.Add(-static_cast<int64_t>(f->requested), f->small);
-  stats_.active_bytes.Add(-size, f->small);
-  stats_.allocation.Add(-1, f->small);
-  stats_.active.Add(-1, f->small);
+  CountLive(f->size, f->requested, f->small, -1);
+  CountActive(f->size, f->small, -1);
   if (trace_.on()) {
     trace_.Record(TraceAction::kFreeRequested, ptr, f->requested, f->stream);
     trace_.Record(TraceAction::kFreeCompleted, ptr, f->requested, f->stream);
