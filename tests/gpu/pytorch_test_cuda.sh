@@ -15,6 +15,13 @@
 #   bash tests/gpu/pytorch_test_cuda.sh [PYTEST -k EXPRESSION]
 # Prints one line per test (native, gmlake) and the counts; exit status 0 when
 # every test that passes natively passes under GMLake.
+# With a file newer than the installed torch, run it in groups, each in its
+# own processes: a test of an API 2.11 lacks can abort natively, or leave a
+# capture open that fails every later test (docs/benchmarks.md, run 7):
+#   bash tests/gpu/pytorch_test_cuda.sh "TestMemPool"
+#   bash tests/gpu/pytorch_test_cuda.sh "TestCudaAllocator"
+#   bash tests/gpu/pytorch_test_cuda.sh "TestBlockStateAbsorption or graph"
+# and set GMLAKE_CACHE_DIR so that the door is built once for all of them.
 set -uo pipefail
 root="$(pwd)"
 src="${root}/.gpu/pytorch_tests/test_cuda_full.py"
