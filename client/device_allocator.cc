@@ -93,6 +93,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   const uint32_t route = mempools_.Route(stream);
   if (ExternalFor(route) != nullptr) return MallocExternal(route, size, stream);
   Pool* pool = GetPool(stream, rounded <= options_.small_size, route);
+  if (!deferred_.empty() && capturing()) ReuseJoinedFrees(pool);
   Block* b = pool->free.Find(rounded);
   if (b != nullptr) {
     pool->free.Remove(b);
@@ -225,8 +226,10 @@ absl::Status DeviceAllocator::Free(DevicePtr ptr) {
       other_streams_.erase(o);
       b->state = BlockState::kPending;
       if (capturing()) {
-        // No event may be recorded now (PyTorch defers these too).
-        deferred_.push_back({b, std::move(streams)});
+        // No event may be recorded now (PyTorch defers these too); the
+        // capture graph may say sooner when the block is safe to reuse.
+        std::vector<uint64_t> after = CaptureMarks(streams);
+        deferred_.push_back({b, std::move(streams), std::move(after)});
         return absl::OkStatus();
       }
       return FreeAfterStreams(b, std::move(streams));

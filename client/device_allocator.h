@@ -211,6 +211,15 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A freed block, no longer in use on any stream, goes back to its pool.
   void MakeReusable(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // During a capture: the capture-graph nodes `streams` have reached now,
+  // for a free deferred until they are joined (empty: unknown).
+  std::vector<uint64_t> CaptureMarks(absl::Span<const StreamHandle> streams)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // During a capture: the frees deferred on `pool` whose side streams'
+  // captured work the pool's stream now follows in the capture graph
+  // become reusable (PyTorch's graph_capture_record_stream_reuse): no
+  // event, no wait, only graph queries.
+  void ReuseJoinedFrees(Pool* pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `b` takes over its address neighbour `next` (out of every index).
   void Absorb(Block* b, Block* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a free block back, merging with free neighbours of its pool.
@@ -494,9 +503,16 @@ class DeviceAllocator {
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
   MemoryPools mempools_ ABSL_GUARDED_BY(mu_);
   // Frees of blocks used on other streams, made during a capture: their
-  // events are recorded once no capture is left.
-  std::vector<std::pair<Block*, std::vector<StreamHandle>>> deferred_
-      ABSL_GUARDED_BY(mu_);
+  // events are recorded once no capture is left. `after`: the capture
+  // graph's nodes those streams had reached at the free (none where the
+  // backend cannot tell); once the block's own stream follows all of them,
+  // the block is reusable inside the capture (ReuseJoinedFrees).
+  struct DeferredFree {
+    Block* block;
+    std::vector<StreamHandle> streams;
+    std::vector<uint64_t> after;
+  };
+  std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
   // Pages go dormant in generations, one per slow path. Every generation
   // up to done_gen_ is no longer in use on any stream the device has seen

@@ -40,10 +40,44 @@ void DeviceAllocator::EndAllocateToPool(MempoolId id) {
   if (capturing()) return;
   if (!external_deferred_.empty()) FreeDeferredExternal();
   // Frees made during the capture may record their events now.
-  std::vector<std::pair<Block*, std::vector<StreamHandle>>> deferred;
+  std::vector<DeferredFree> deferred;
   deferred.swap(deferred_);
-  for (auto& [b, streams] : deferred) {
-    FreeAfterStreams(b, std::move(streams)).IgnoreError();
+  for (DeferredFree& d : deferred) {
+    FreeAfterStreams(d.block, std::move(d.streams)).IgnoreError();
+  }
+}
+
+std::vector<uint64_t> DeviceAllocator::CaptureMarks(
+    absl::Span<const StreamHandle> streams) {
+  std::vector<uint64_t> marks;
+  for (StreamHandle s : streams) {
+    absl::StatusOr<std::vector<uint64_t>> f = backend_->CaptureFrontier(s);
+    // Not captured, or a backend that cannot tell: wait for the end.
+    if (!f.ok()) return {};
+    marks.insert(marks.end(), f->begin(), f->end());
+  }
+  // A side stream with no captured work yet: nothing orders it, so the
+  // free still waits for the capture's end.
+  if (marks.empty()) return {};
+  return marks;
+}
+
+void DeviceAllocator::ReuseJoinedFrees(Pool* pool) {
+  for (size_t i = 0; i < deferred_.size();) {
+    DeferredFree& d = deferred_[i];
+    if (d.block->pool != pool || d.after.empty()) {
+      ++i;
+      continue;
+    }
+    absl::StatusOr<bool> joined =
+        backend_->CaptureFollows(pool->stream, d.after);
+    if (!joined.ok() || !*joined) {
+      ++i;
+      continue;
+    }
+    Block* b = d.block;
+    deferred_.erase(deferred_.begin() + static_cast<ptrdiff_t>(i));
+    MakeReusable(b);
   }
 }
 

@@ -168,6 +168,77 @@ TEST_F(GraphPoolTest, ABlockFreedInOneCaptureServesTheNextIntoItsPool) {
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }
 
+// PyTorch's test_graph_capture_reclaim_2_streams: inside one capture, a
+// block used on a side stream (record_stream) and freed is reused once the
+// capture graph orders the side stream's work before the block's stream
+// (a join), and not before; no event call is made for it.
+TEST_F(GraphPoolTest, AFreedSideStreamBlockIsReusedInTheCaptureOnceJoined) {
+  const MempoolId id{8, 0};
+  alloc_->CreateOrIncrefPool(id);
+  BeginCapture(id);
+  DevicePtr sink = Malloc(32, kCapture);
+  DevicePtr data1 = Malloc(32, kCapture);
+  host_->CaptureJoin(kSide, kCapture);  // s2.wait_stream(s1)
+  DevicePtr buf2 = Malloc(32, kSide);
+  host_->CaptureKernel(kSide);  // torch.add(data1, 2.0, out=buf2) on s2
+  ASSERT_TRUE(alloc_->RecordStream(data1, kSide).ok());
+  const uint64_t records = Count(VmmCall::kEventRecord);
+  ASSERT_TRUE(alloc_->Free(data1).ok());
+  DevicePtr data2 = Malloc(32, kCapture);  // before the join
+  EXPECT_NE(data2, data1);
+  host_->CaptureJoin(kCapture, kSide);     // s1.wait_stream(s2)
+  host_->CaptureKernel(kCapture);          // sink.fill_(1.0)
+  DevicePtr data3 = Malloc(32, kCapture);  // after it
+  EXPECT_EQ(data3, data1);
+  EXPECT_EQ(Count(VmmCall::kEventRecord), records);
+  EXPECT_GT(Count(VmmCall::kCaptureQuery), 0u);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  for (DevicePtr p : {sink, buf2, data2, data3}) {
+    ASSERT_TRUE(alloc_->Free(p).ok());
+  }
+  EndCapture(id);
+  alloc_->ReleasePool(id);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// test_graph_capture_reclaim_4_streams: three side streams, joined in two
+// steps; only the join of all of them lets the block be reused.
+TEST_F(GraphPoolTest, APartialJoinDoesNotFreeASideStreamBlock) {
+  constexpr StreamHandle kThird = 11, kFourth = 12;
+  const MempoolId id{9, 0};
+  alloc_->CreateOrIncrefPool(id);
+  alloc_->BeginAllocateToPool(id, nullptr);
+  for (StreamHandle s : {kCapture, kSide, kThird, kFourth}) {
+    host_->SetCaptured(s, true);
+  }
+  DevicePtr data1 = Malloc(32, kCapture);
+  host_->CaptureKernel(kCapture);  // torch.ones
+  for (StreamHandle s : {kSide, kThird, kFourth}) {
+    host_->CaptureJoin(s, kCapture);
+    host_->CaptureKernel(s);  // torch.add(data1, ...) on s
+    ASSERT_TRUE(alloc_->RecordStream(data1, s).ok());
+  }
+  ASSERT_TRUE(alloc_->Free(data1).ok());
+  host_->CaptureJoin(kCapture, kSide);
+  host_->CaptureKernel(kCapture);
+  host_->CaptureJoin(kThird, kFourth);
+  host_->CaptureKernel(kThird);
+  DevicePtr data2 = Malloc(32, kCapture);  // s3's and s4's work not joined
+  EXPECT_NE(data2, data1);
+  host_->CaptureJoin(kCapture, kThird);
+  host_->CaptureKernel(kCapture);
+  DevicePtr data3 = Malloc(32, kCapture);
+  EXPECT_EQ(data3, data1);
+  EXPECT_EQ(host_->capture_violations(), 0u);
+  for (DevicePtr p : {data2, data3}) ASSERT_TRUE(alloc_->Free(p).ok());
+  for (StreamHandle s : {kCapture, kSide, kThird, kFourth}) {
+    host_->SetCaptured(s, false);
+  }
+  alloc_->EndAllocateToPool(id);
+  alloc_->ReleasePool(id);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
 TEST_F(GraphPoolTest, TwoGraphsShareOnePoolAndTheLastReleaseReturnsIt) {
   const MempoolId id{0, 1};
   alloc_->CreateOrIncrefPool(id);  // graph 1

@@ -122,6 +122,10 @@ class CudaBackend final : public VmmBackend {
   absl::Status DoSyncEvent(EventHandle event) override;
   absl::Status DoWaitEventOnStream(StreamHandle stream,
                                    EventHandle event) override;
+  absl::StatusOr<std::vector<uint64_t>> DoCaptureFrontier(
+      StreamHandle stream) override;
+  absl::StatusOr<bool> DoCaptureFollows(
+      StreamHandle stream, absl::Span<const uint64_t> nodes) override;
 
  private:
   struct Device {
@@ -925,6 +929,66 @@ absl::Status CudaBackend::DoWaitEventOnStream(StreamHandle stream,
                                  ", event=", Hex(event), ")"));
   }
   return absl::OkStatus();
+}
+
+// --- Stream capture
+// -----------------------------------------------------------
+
+absl::StatusOr<std::vector<uint64_t>> CudaBackend::DoCaptureFrontier(
+    StreamHandle stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  size_t n = 0;
+  if (CUresult r = driver_.cuStreamGetCaptureInfo(
+          reinterpret_cast<CUstream>(stream), &status, &id, &graph, &deps,
+          &edges, &n);
+      r != CUDA_SUCCESS) {
+    return Error(
+        r, absl::StrCat("cuStreamGetCaptureInfo(stream=", Hex(stream), ")"));
+  }
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream ", Hex(stream), " is not being captured"));
+  }
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(reinterpret_cast<uint64_t>(deps[i]));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> CudaBackend::DoCaptureFollows(
+    StreamHandle stream, absl::Span<const uint64_t> nodes) {
+  absl::StatusOr<std::vector<uint64_t>> frontier = DoCaptureFrontier(stream);
+  if (!frontier.ok()) return frontier.status();
+  // The frontier's ancestors, walked back through each node's dependencies;
+  // stops as soon as every node asked about has been seen.
+  std::vector<uint64_t> missing(nodes.begin(), nodes.end());
+  std::vector<uint64_t> todo = *std::move(frontier);
+  absl::flat_hash_map<uint64_t, bool> seen;
+  std::vector<CUgraphNode> deps;
+  while (!todo.empty() && !missing.empty()) {
+    const uint64_t node = todo.back();
+    todo.pop_back();
+    if (!seen.emplace(node, true).second) continue;
+    missing.erase(std::remove(missing.begin(), missing.end(), node),
+                  missing.end());
+    CUgraphNode h = reinterpret_cast<CUgraphNode>(node);
+    size_t n = 0;
+    CUresult r = driver_.cuGraphNodeGetDependencies(h, nullptr, nullptr, &n);
+    deps.resize(n);
+    if (r == CUDA_SUCCESS && n != 0) {
+      r = driver_.cuGraphNodeGetDependencies(h, deps.data(), nullptr, &n);
+    }
+    if (r != CUDA_SUCCESS) return Error(r, "cuGraphNodeGetDependencies");
+    for (size_t i = 0; i < n; ++i) {
+      todo.push_back(reinterpret_cast<uint64_t>(deps[i]));
+    }
+  }
+  return missing.empty();
 }
 
 // --- Memory access

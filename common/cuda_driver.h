@@ -68,6 +68,8 @@ namespace gmlake {
   X(cuEventDestroy, 4000)                  \
   X(cuStreamWaitEvent, 3020)               \
   X(cuStreamSynchronize, 2000)             \
+  X(cuStreamGetCaptureInfo, 12030)         \
+  X(cuGraphNodeGetDependencies, 12030)     \
   X(cuMemsetD8, 3020)                      \
   X(cuMemcpyHtoD, 3020)                    \
   X(cuMemcpyDtoH, 3020)

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace gmlake {
@@ -224,8 +225,70 @@ absl::Status HostBackend::DoDestroyEvent(EventHandle event) {
 void HostBackend::SetCaptured(StreamHandle stream, bool captured) {
   MutexLock lock(&capture_mu_);
   auto it = std::find(captured_.begin(), captured_.end(), stream);
-  if (captured && it == captured_.end()) captured_.push_back(stream);
-  if (!captured && it != captured_.end()) captured_.erase(it);
+  if (captured && it == captured_.end()) {
+    captured_.push_back(stream);
+    frontier_[stream].clear();
+  }
+  if (!captured && it != captured_.end()) {
+    captured_.erase(it);
+    frontier_.erase(stream);
+  }
+  if (captured_.empty()) node_deps_.clear();  // the graph is done
+}
+
+uint64_t HostBackend::CaptureKernel(StreamHandle stream) {
+  MutexLock lock(&capture_mu_);
+  std::vector<uint64_t>& frontier = frontier_[stream];
+  const uint64_t node = next_node_++;
+  node_deps_[node] = frontier;
+  frontier = {node};
+  return node;
+}
+
+void HostBackend::CaptureJoin(StreamHandle into, StreamHandle from) {
+  MutexLock lock(&capture_mu_);
+  std::vector<uint64_t> joined = frontier_[from];
+  std::vector<uint64_t>& to = frontier_[into];
+  for (uint64_t n : joined) {
+    if (std::find(to.begin(), to.end(), n) == to.end()) to.push_back(n);
+  }
+}
+
+absl::StatusOr<std::vector<uint64_t>> HostBackend::DoCaptureFrontier(
+    StreamHandle stream) {
+  MutexLock lock(&capture_mu_);
+  auto it = frontier_.find(stream);
+  if (it == frontier_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream ", stream, " is not being captured"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<bool> HostBackend::DoCaptureFollows(
+    StreamHandle stream, absl::Span<const uint64_t> nodes) {
+  MutexLock lock(&capture_mu_);
+  auto it = frontier_.find(stream);
+  if (it == frontier_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream ", stream, " is not being captured"));
+  }
+  // The frontier's ancestors, walked back through the dependencies.
+  absl::flat_hash_set<uint64_t> seen(it->second.begin(), it->second.end());
+  std::vector<uint64_t> todo(it->second.begin(), it->second.end());
+  while (!todo.empty()) {
+    const uint64_t n = todo.back();
+    todo.pop_back();
+    auto d = node_deps_.find(n);
+    if (d == node_deps_.end()) continue;
+    for (uint64_t dep : d->second) {
+      if (seen.insert(dep).second) todo.push_back(dep);
+    }
+  }
+  for (uint64_t n : nodes) {
+    if (!seen.contains(n)) return false;
+  }
+  return true;
 }
 
 absl::Status HostBackend::CheckCapture(StreamHandle stream, bool any,

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -113,6 +114,14 @@ class HostBackend : public VmmBackend {
   uint64_t capture_violations() const {
     return capture_violations_.load(std::memory_order_relaxed);
   }
+  // A capture's dependency graph, as the driver builds it from the work a
+  // program captures: a kernel captured on `stream` (a node depending on
+  // the stream's frontier, which it then replaces), and `into` waiting for
+  // `from` (torch's wait_stream: `from`'s frontier joins `into`'s). Both
+  // streams must be captured. Host streams run nothing else, so tests call
+  // these where a program would launch and join.
+  uint64_t CaptureKernel(StreamHandle stream);
+  void CaptureJoin(StreamHandle into, StreamHandle from);
 
   // Bytes of capacity in use on `device` (imported chunks count nothing).
   size_t used_bytes(int device) const { return books_.used_bytes(device); }
@@ -141,6 +150,10 @@ class HostBackend : public VmmBackend {
   // still be live.
   absl::Status DoWaitEventOnStream(StreamHandle stream,
                                    EventHandle event) override;
+  absl::StatusOr<std::vector<uint64_t>> DoCaptureFrontier(
+      StreamHandle stream) override;
+  absl::StatusOr<bool> DoCaptureFollows(
+      StreamHandle stream, absl::Span<const uint64_t> nodes) override;
 
  private:
   HostBackend(const Options& options, uint64_t fd_limit);
@@ -164,6 +177,13 @@ class HostBackend : public VmmBackend {
   VmmBooks books_;
   Mutex capture_mu_;  // common/mutex.h: seen by ThreadSanitizer
   std::vector<StreamHandle> captured_ ABSL_GUARDED_BY(capture_mu_);
+  // The capture graph: each captured stream's frontier, each node's
+  // dependencies (nodes numbered from 1).
+  absl::flat_hash_map<StreamHandle, std::vector<uint64_t>> frontier_
+      ABSL_GUARDED_BY(capture_mu_);
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> node_deps_
+      ABSL_GUARDED_BY(capture_mu_);
+  uint64_t next_node_ ABSL_GUARDED_BY(capture_mu_) = 1;
   std::atomic<uint64_t> capture_violations_{0};
   Mutex gate_mu_;
   std::function<void(StreamHandle)> record_gate_ ABSL_GUARDED_BY(gate_mu_);

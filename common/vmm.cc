@@ -13,7 +13,7 @@ constexpr absl::string_view kCallNames[kNumVmmCalls] = {
     "create",      "release",      "export",        "import",
     "reserve",     "free",         "map",           "unmap",
     "set_access",  "event_create", "event_destroy", "event_record",
-    "event_query", "event_sync",   "stream_wait",
+    "event_query", "event_sync",   "stream_wait",   "capture_query",
 };
 
 // Times one call and adds it to the counters when it goes out of scope.
@@ -163,6 +163,18 @@ absl::Status VmmBackend::WaitEventOnStream(StreamHandle stream,
                                            EventHandle event) {
   CallTimer t(&stats_, VmmCall::kStreamWait);
   return DoWaitEventOnStream(stream, event);
+}
+
+absl::StatusOr<std::vector<uint64_t>> VmmBackend::CaptureFrontier(
+    StreamHandle stream) {
+  CallTimer t(&stats_, VmmCall::kCaptureQuery);
+  return DoCaptureFrontier(stream);
+}
+
+absl::StatusOr<bool> VmmBackend::CaptureFollows(
+    StreamHandle stream, absl::Span<const uint64_t> nodes) {
+  CallTimer t(&stats_, VmmCall::kCaptureQuery);
+  return DoCaptureFollows(stream, nodes);
 }
 
 // --- RAII owners

@@ -75,6 +75,7 @@ enum class VmmCall : int {
   kEventQuery,
   kEventSync,
   kStreamWait,
+  kCaptureQuery,
   kNumCalls,
 };
 inline constexpr int kNumVmmCalls = static_cast<int>(VmmCall::kNumCalls);
@@ -202,6 +203,19 @@ class VmmBackend {
   // stopping the caller (cuStreamWaitEvent).
   absl::Status WaitEventOnStream(StreamHandle stream, EventHandle event);
 
+  // --- Stream capture (CUDA graphs) ---------------------------------------
+  // What a capture's dependency graph says, for reusing memory inside one
+  // capture without an event (capture forbids event queries and waits).
+  // The nodes the next work captured on `stream` would depend on
+  // (cuStreamGetCaptureInfo). FailedPrecondition when `stream` is not
+  // being captured; Unimplemented where the backend cannot tell.
+  absl::StatusOr<std::vector<uint64_t>> CaptureFrontier(StreamHandle stream);
+  // Whether every node of `nodes` is in `stream`'s capture frontier or an
+  // ancestor of it (cuGraphNodeGetDependencies): the work captured on
+  // `stream` from now on runs after all of them.
+  absl::StatusOr<bool> CaptureFollows(StreamHandle stream,
+                                      absl::Span<const uint64_t> nodes);
+
   // --- Memory access, for tests and scrubbing -------------------------------
 
   // Sets `size` bytes at `addr` to `value` (mapped memory with access).
@@ -237,6 +251,16 @@ class VmmBackend {
   virtual absl::Status DoSyncEvent(EventHandle event) = 0;
   virtual absl::Status DoWaitEventOnStream(StreamHandle stream,
                                            EventHandle event) = 0;
+  virtual absl::StatusOr<std::vector<uint64_t>> DoCaptureFrontier(
+      StreamHandle /*stream*/) {
+    return absl::UnimplementedError(
+        "this backend cannot read a capture's dependency graph");
+  }
+  virtual absl::StatusOr<bool> DoCaptureFollows(
+      StreamHandle /*stream*/, absl::Span<const uint64_t> /*nodes*/) {
+    return absl::UnimplementedError(
+        "this backend cannot read a capture's dependency graph");
+  }
 
  private:
   VmmCallStats stats_;
