@@ -936,6 +936,11 @@ absl::Status CudaBackend::DoWaitEventOnStream(StreamHandle stream,
 
 absl::StatusOr<std::vector<uint64_t>> CudaBackend::DoCaptureFrontier(
     StreamHandle stream) {
+  if (driver_.cuStreamGetCaptureInfo == nullptr ||
+      driver_.cuGraphNodeGetDependencies == nullptr) {
+    return absl::UnimplementedError(
+        "the CUDA driver is older than 12.3: no capture-graph queries");
+  }
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   CUgraph graph = nullptr;

@@ -87,6 +87,11 @@ absl::StatusOr<CudaDriver> Load() {
   }
   GMLAKE_CUDA_DRIVER_ENTRY_POINTS(GMLAKE_RESOLVE)
 #undef GMLAKE_RESOLVE
+  // Optional ones stay null when the driver lacks them.
+#define GMLAKE_RESOLVE_OPTIONAL(name, abi_version) \
+  resolve(#name, abi_version, reinterpret_cast<void**>(&d.name)).IgnoreError();
+  GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(GMLAKE_RESOLVE_OPTIONAL)
+#undef GMLAKE_RESOLVE_OPTIONAL
 
   if (const CUresult r = d.cuDriverGetVersion(&d.version); r != CUDA_SUCCESS) {
     return CudaCallError(d, r, "cuDriverGetVersion");

@@ -68,11 +68,16 @@ namespace gmlake {
   X(cuEventDestroy, 4000)                  \
   X(cuStreamWaitEvent, 3020)               \
   X(cuStreamSynchronize, 2000)             \
-  X(cuStreamGetCaptureInfo, 12030)         \
-  X(cuGraphNodeGetDependencies, 12030)     \
   X(cuMemsetD8, 3020)                      \
   X(cuMemcpyHtoD, 3020)                    \
   X(cuMemcpyDtoH, 3020)
+
+// Entry points GMLake can do without (null in the table when the driver
+// lacks that ABI): capture-graph queries, CUDA 12.3's forms with edge data.
+// Without them a block freed inside a capture waits for the capture's end.
+#define GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(X) \
+  X(cuStreamGetCaptureInfo, 12030)                  \
+  X(cuGraphNodeGetDependencies, 12030)
 
 // The oldest driver we accept: cuGetProcAddress_v2 appeared in CUDA 12.0.
 inline constexpr int kMinCudaDriverVersion = 12000;
@@ -83,6 +88,7 @@ struct CudaDriver {
 #define GMLAKE_CUDA_DRIVER_MEMBER(name, abi_version) \
   decltype(&::name) name = nullptr;
   GMLAKE_CUDA_DRIVER_ENTRY_POINTS(GMLAKE_CUDA_DRIVER_MEMBER)
+  GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(GMLAKE_CUDA_DRIVER_MEMBER)
 #undef GMLAKE_CUDA_DRIVER_MEMBER
 
   // cuDriverGetVersion's answer, e.g. 13000 for CUDA 13.0.

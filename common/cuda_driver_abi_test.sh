@@ -33,6 +33,7 @@ cat > "${tmp}/abi_check.cc" <<CC
   static_assert(std::is_same<decltype(&::name), PFN_##name##_v##v>::value, \\
                 #name ": cuda.h's prototype is not the ABI of CUDA " #v);
 GMLAKE_CUDA_DRIVER_ENTRY_POINTS(GMLAKE_CHECK_ABI)
+GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(GMLAKE_CHECK_ABI)
 // cuGetProcAddress itself is found with dlsym as cuGetProcAddress_v2.
 static_assert(std::is_same<decltype(&::cuGetProcAddress),
                            PFN_cuGetProcAddress_v12000>::value,
