@@ -276,6 +276,31 @@ TEST(HostBackendTest, EventDelay) {
   EXPECT_TRUE(host->DestroyEvent(*e).ok());
 }
 
+// The capture graph the allocator reads (VmmBackend::CaptureFrontier and
+// CaptureFollows): work on a stream depends on its frontier, a join adds
+// another stream's frontier, and ancestry goes back through both.
+TEST(HostBackendTest, CaptureGraphOrdersWorkThroughJoins) {
+  std::unique_ptr<HostBackend> host = MakeHost();
+  EXPECT_TRUE(absl::IsFailedPrecondition(host->CaptureFrontier(1).status()));
+  host->SetCaptured(1, true);
+  host->SetCaptured(2, true);
+  const uint64_t a = host->CaptureKernel(1);
+  host->CaptureJoin(2, 1);
+  const uint64_t b = host->CaptureKernel(2);  // after a
+  EXPECT_THAT(*host->CaptureFrontier(2), ::testing::ElementsAre(b));
+  EXPECT_FALSE(*host->CaptureFollows(1, {b}));  // not joined back yet
+  EXPECT_TRUE(*host->CaptureFollows(1, {a}));
+  host->CaptureJoin(1, 2);
+  EXPECT_TRUE(*host->CaptureFollows(1, {b}));  // joined, not yet run
+  host->CaptureKernel(1);
+  EXPECT_TRUE(*host->CaptureFollows(1, {a, b}));  // through an ancestor
+  EXPECT_EQ(host->capture_violations(), 0u);
+  host->SetCaptured(1, false);
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(host->CaptureFollows(1, {a}).status()));
+  host->SetCaptured(2, false);
+}
+
 TEST(HostBackendTest, DestroyingTheBackendReleasesItsAddressSpace) {
   DevicePtr base = 0;
   {
