@@ -443,6 +443,7 @@ class DeviceAllocator {
 
   // Pools another allocator serves (device_allocator_external.cc).
   struct External {
+    MempoolId id{0, 0};  // PyTorch's, kept for snapshots after release
     std::shared_ptr<ExternalMemory> memory;
     ExternalPool books;
     bool retired = false;  // released: nothing is cached for it any more

@@ -40,6 +40,7 @@ absl::Status DeviceAllocator::CreateOrIncrefExternalPool(
   const uint32_t tag = mempools_.CreateOrIncref(id);
   if (!known.has_value()) {
     auto e = std::make_unique<External>();
+    e->id = id;
     e->memory = std::move(memory);
     external_[tag] = std::move(e);
   }
@@ -146,8 +147,12 @@ bool DeviceAllocator::FreeExternal(DevicePtr ptr, absl::Status* status) {
       return true;
     }
     *status = Settle(std::move(streams), {}, &AllocatorStats::host_waits);
-    it = external_live_.find(ptr);  // the lock was down
-    if (it == external_live_.end()) return true;
+    it = external_live_.find(ptr);     // the lock was down
+    if (it == external_live_.end()) {  // another thread freed it meanwhile
+      *status = absl::NotFoundError(absl::StrFormat(
+          "free(0x%x): freed twice (by another thread meanwhile)", ptr));
+      return true;
+    }
   }
   external_live_.erase(it);
   External* e = ExternalFor(tag);
@@ -206,14 +211,13 @@ uint64_t DeviceAllocator::GiveBackExternal(uint32_t tag) {
 void DeviceAllocator::AppendExternalSegments(
     std::vector<SegmentView>* out) const {
   for (const auto& [tag, e] : external_) {
-    const MempoolId id = mempools_.IdOf(tag).value_or(MempoolId{0, 0});
     for (const auto& [addr, seg] : e->books.segments()) {
       SegmentView v;
       v.addr = addr;
       v.stream = seg.stream;
       v.small = seg.small;
       v.expandable = false;
-      v.pool = id;
+      v.pool = e->id;
       for (const auto& [baddr, b] : seg.blocks) {
         BlockView bv;
         bv.addr = baddr;

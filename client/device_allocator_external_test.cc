@@ -182,6 +182,7 @@ TEST_F(ExternalPoolAllocatorTest, BlocksOfAReleasedPoolGoBackWhenFreed) {
   // its tensor lives: nothing is given back under it.
   alloc_->ReleasePool(id);
   EXPECT_EQ(memory_->frees, 0);
+  EXPECT_EQ(SegmentsOf(id), 1u);  // still shown as the pool's
   ASSERT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
   ASSERT_TRUE(alloc_->Free(*a).ok());
   EXPECT_EQ(memory_->frees, 1);
