@@ -1796,18 +1796,22 @@ absl::Status DeviceAllocator::CheckInvariants() const {
   }
   // Blocks of pools another allocator serves, from their own books.
   size_t external_live = 0;
+  uint64_t external_allocated = 0;
   for (const auto& [tag, e] : external_) {
     for (const auto& [addr, seg] : e->books.segments()) {
       for (const auto& [baddr, b] : seg.blocks) {
-        if (b.allocated) allocated += static_cast<int64_t>(b.size);
+        if (b.allocated) external_allocated += b.size;
       }
     }
     external_live += e->books.live_blocks();
   }
-  if (external_live != external_live_.size()) {
-    return absl::InternalError(absl::StrCat(external_live,
-                                            " external blocks live, ",
-                                            external_live_.size(), " known"));
+  allocated += static_cast<int64_t>(external_allocated);
+  if (external_live != external_live_.size() ||
+      external_allocated != external_allocated_) {
+    return absl::InternalError(
+        absl::StrCat(external_live, " external blocks live (",
+                     external_allocated, " bytes), ", external_live_.size(),
+                     " known (", external_allocated_, " bytes)"));
   }
   if (allocated != stats_.allocated_bytes.current ||
       live != static_cast<int64_t>(live_.size())) {

@@ -56,9 +56,8 @@ std::vector<uint64_t> DeviceAllocator::CaptureMarks(
     if (!f.ok()) return {};
     marks.insert(marks.end(), f->begin(), f->end());
   }
-  // A side stream with no captured work yet: nothing orders it, so the
-  // free still waits for the capture's end.
-  if (marks.empty()) return {};
+  // Empty too when no side stream has captured work yet: nothing orders
+  // it, so the free waits for the capture's end.
   return marks;
 }
 

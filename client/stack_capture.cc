@@ -234,7 +234,7 @@ uint32_t StackCapture::Gather(const StackGatherer& g, StackKind kind) {
     for (Frame& f : frames) ids.push_back(Intern(std::move(f)));
     stack = InternStack(std::move(ids));
     if (stack != kNoStack && !handles_.contains(stack)) {
-      handles_.emplace(stack, std::make_pair(handle, g));
+      handles_.emplace(stack, handle);
       kept = true;
     }
   }
@@ -245,7 +245,7 @@ uint32_t StackCapture::Gather(const StackGatherer& g, StackKind kind) {
 void* StackCapture::Handle(uint32_t stack) const {
   MutexLock lock(&mu_);
   auto it = handles_.find(stack);
-  return it == handles_.end() ? nullptr : it->second.first;
+  return it == handles_.end() ? nullptr : it->second;
 }
 
 uint32_t StackCapture::Capture(StackKind kind) {

@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -105,9 +104,9 @@ class StackCapture {
   // its file and function, as a frame without a line.
   absl::flat_hash_map<void*, Frame> code_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint32_t>> stacks_ ABSL_GUARDED_BY(mu_);
-  // By stack id: the gatherer's handle of its first capture, and whose.
-  absl::flat_hash_map<uint32_t, std::pair<void*, StackGatherer>> handles_
-      ABSL_GUARDED_BY(mu_);
+  // By stack id: the gatherer's handle of its first capture (kept for the
+  // process's life, as the code objects are).
+  absl::flat_hash_map<uint32_t, void*> handles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> stack_ids_ ABSL_GUARDED_BY(mu_);
 };
 
