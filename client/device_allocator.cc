@@ -901,12 +901,23 @@ std::optional<DeviceAllocator::Plan> DeviceAllocator::FindRoom(Pool* pool,
       size_t cursor = 0;
       const Segment* left = nullptr;
       auto add_gap = [&](size_t end, const Segment* right) {
-        if (end <= cursor) return;
         Plan o;
         o.arena = a.get();
         o.keep_a = usable(left != nullptr ? left->tail : nullptr);
         o.keep_b = usable(right != nullptr ? right->head : nullptr);
-        gaps.push_back(GapView{cursor, end - cursor,
+        // A private pool's growth stays a page apart from whatever is
+        // mapped beside it, unless it extends a free block of its own:
+        // one segment per growth, as PyTorch's cudaMalloc per segment
+        // (test_allocate_in_thread_to_pool counts them), not as many as
+        // the other streams' mappings happened to leave room for. Only
+        // address space pays.
+        size_t first = cursor;
+        if (pool->mempool != 0) {
+          if (cursor > 0 && o.keep_a == nullptr) ++first;
+          if (end < a->num_pages && o.keep_b == nullptr && end > first) --end;
+        }
+        if (end <= first) return;
+        gaps.push_back(GapView{first, end - first,
                                o.keep_a ? o.keep_a->size : 0,
                                o.keep_b ? o.keep_b->size : 0});
         owners.push_back(o);

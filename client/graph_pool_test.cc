@@ -113,6 +113,45 @@ TEST_F(GraphPoolTest, PoolMemoryIsHandedToNoOneElseUntilReleased) {
   EXPECT_EQ(host_->capture_violations(), 0u);
 }
 
+// PyTorch's test_allocate_in_thread_to_pool: each growth of a private pool
+// is a segment of its own, as each cudaMalloc is natively, whatever the
+// other streams map meanwhile. Counted before from how the mappings
+// happened to land (one segment where b was mapped right after a, three
+// where another stream's mapping came between).
+TEST_F(GraphPoolTest, EachGrowthOfAPrivatePoolIsASegmentOfItsOwn) {
+  const MempoolId id{6, 0};
+  alloc_->CreateOrIncrefPool(id);
+  alloc_->BeginAllocateToPool(id, [](StreamHandle s) { return s == kCapture; });
+  auto pool_segments = [&] {
+    int n = 0;
+    for (const auto& s : alloc_->Segments()) n += s.pool == id ? 1 : 0;
+    return n;
+  };
+  for (int round = 0; round < 10; ++round) {
+    DevicePtr a = Malloc(20 * kMiB, kCapture);
+    DevicePtr b = Malloc(20 * kMiB, kCapture);
+    DevicePtr x = round % 2 == 0 ? Malloc(20 * kMiB, kOther) : 0;
+    DevicePtr c = Malloc(20 * kMiB, kCapture);
+    EXPECT_EQ(pool_segments(), 3) << "round " << round;
+    for (DevicePtr p : {a, b, c, x}) {
+      if (p != 0) ASSERT_TRUE(alloc_->Free(p).ok());
+    }
+  }
+  // Free blocks of the pool still join a growth beside them: a request
+  // larger than every free block maps only what it misses, here the one
+  // page between two free segments, which become one.
+  const uint64_t before = alloc_->PoolReservedBytes(id);
+  DevicePtr big = Malloc(30 * kMiB, kCapture);
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), before + 2 * kMiB);
+  EXPECT_EQ(pool_segments(), 2);
+  ASSERT_TRUE(alloc_->Free(big).ok());
+  alloc_->EndAllocateToPool(id);
+  alloc_->ReleasePool(id);
+  alloc_->EmptyCache();
+  EXPECT_EQ(pool_segments(), 0);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
 TEST_F(GraphPoolTest, NoEventCallDuringCaptureAndDeferredFreesRecordAfter) {
   const MempoolId id{2, 0};
   // A block of default memory used on another stream, freed mid-capture.
