@@ -203,7 +203,7 @@ TEST(CApiTest, SnapshotVisitCarriesTheGatherersStacks) {
       << gmlake_last_error();
   GatheredStacks stacks;
   ASSERT_EQ(gmlake_set_stack_gatherer(&GatherStack, &StackFrames, &ReleaseStack,
-                                      &stacks),
+                                      nullptr, &stacks),
             0);
   ASSERT_EQ(gmlake_record_history(100, /*stacks=*/2, /*context=*/3, 1), 0);
   void* p = gmlake_malloc(311 * 411 * 4, 0, 7);
@@ -245,12 +245,92 @@ TEST(CApiTest, SnapshotVisitCarriesTheGatherersStacks) {
   gmlake_free_string(json);
   EXPECT_EQ(gmlake_stack_handle(0, GMLAKE_NO_STACK), nullptr);
   EXPECT_EQ(gmlake_snapshot_visit(nullptr, nullptr), -1);
-  ASSERT_EQ(gmlake_set_stack_gatherer(nullptr, nullptr, nullptr, nullptr), 0);
+  ASSERT_EQ(
+      gmlake_set_stack_gatherer(nullptr, nullptr, nullptr, nullptr, nullptr),
+      0);
   const int before = stacks.gathered;
   void* r = gmlake_malloc(4096, 0, 7);
   EXPECT_EQ(stacks.gathered, before);  // gmlake's own walk again
   for (void* x : {p, q, r}) EXPECT_EQ(gmlake_free(x), 0);
   gmlake_record_history(0, 0, 0, 1);
+  gmlake_shutdown();
+}
+
+// Anomaly mode's forward traces: a backward allocation runs on autograd's
+// own thread, where PyTorch's CapturedTraceback has no Python frames but
+// carries the forward stack of the node being run (forward_frames). Such a
+// stack is a stack, and two that differ only there are two stacks.
+struct ForwardStacks {
+  int released = 0;
+  std::vector<std::unique_ptr<std::string>> handles;  // the forward line
+  std::string next;
+};
+void* GatherForward(void* ctx, int /*cpp*/) {
+  auto* g = static_cast<ForwardStacks*>(ctx);
+  g->handles.push_back(std::make_unique<std::string>(g->next));
+  return g->handles.back().get();
+}
+void NoFrames(void*, void*, gmlake_frame_sink, void*) {}
+void ForwardLines(void* /*ctx*/, void* handle, gmlake_text_sink sink,
+                  void* sink_ctx) {
+  const std::string& s = *static_cast<std::string*>(handle);
+  if (!s.empty()) sink(sink_ctx, s.c_str());
+}
+void ReleaseForward(void* ctx, void* /*handle*/) {
+  ++static_cast<ForwardStacks*>(ctx)->released;
+}
+
+TEST(CApiTest, BackwardStacksCarryTheirForwardFrames) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  ForwardStacks stacks;
+  ASSERT_EQ(gmlake_set_stack_gatherer(&GatherForward, &NoFrames,
+                                      &ReleaseForward, &ForwardLines, &stacks),
+            0);
+  ASSERT_EQ(gmlake_record_history(100, /*stacks=*/1, /*context=*/3, 1), 0);
+  stacks.next = "  File \"model.py\", line 3, in forward\n    y = x * 2\n";
+  void* a = gmlake_malloc(4096, 0, 7);
+  stacks.next = "  File \"model.py\", line 4, in forward\n    z = y.sum()\n";
+  void* b = gmlake_malloc(4096, 0, 7);
+  stacks.next = "";  // neither frames nor a forward trace: no stack
+  void* c = gmlake_malloc(4096, 0, 7);
+  ASSERT_NE(c, nullptr) << gmlake_last_error();
+  std::vector<uint32_t> seen;
+  gmlake_snapshot_visitor visitor{
+      nullptr, [](void* ctx, const gmlake_trace_view* e) {
+        if (e->action == 0) {
+          static_cast<std::vector<uint32_t>*>(ctx)->push_back(e->stack);
+        }
+      }};
+  ASSERT_EQ(gmlake_snapshot_visit(&visitor, &seen), 0);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_EQ(seen[2], GMLAKE_NO_STACK);
+  // Each keeps its own handle (PyTorch's snapshot reads the forward trace
+  // from it), and the empty one was let go.
+  ASSERT_NE(gmlake_stack_handle(0, seen[0]), nullptr);
+  EXPECT_NE(static_cast<std::string*>(gmlake_stack_handle(0, seen[0]))
+                ->find("y = x * 2"),
+            std::string::npos);
+  EXPECT_NE(static_cast<std::string*>(gmlake_stack_handle(0, seen[1]))
+                ->find("z = y.sum()"),
+            std::string::npos);
+  EXPECT_EQ(stacks.released, 1);
+  char* json = gmlake_snapshot_json();
+  ASSERT_NE(json, nullptr);
+  const std::string text(json);
+  gmlake_free_string(json);
+  EXPECT_NE(text.find("\"frames\":[],\"forward_frames\":[\"  File "
+                      "\\\"model.py\\\", line 3, in forward\\n    y = x "
+                      "* 2\\n\"]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("z = y.sum()"), std::string::npos);
+  for (void* p : {a, b, c}) EXPECT_EQ(gmlake_free(p), 0);
+  gmlake_record_history(0, 0, 0, 1);
+  ASSERT_EQ(
+      gmlake_set_stack_gatherer(nullptr, nullptr, nullptr, nullptr, nullptr),
+      0);
   gmlake_shutdown();
 }
 

@@ -136,11 +136,19 @@ int gmlake_snapshot_visit(const gmlake_snapshot_visitor* visitor, void* ctx);
  * the others at once. NULL `gather`: gmlake's own walk again. */
 typedef void (*gmlake_frame_sink)(void* sink_ctx, const char* filename,
                                   const char* name, int line);
+/* `forward` (may be NULL) lists a handle's forward trace to `sink`, one
+ * string each: anomaly mode's stack of the forward op whose backward is
+ * running (PyTorch's forward_frames). A handle with neither frames nor a
+ * forward trace is no stack. */
+typedef void (*gmlake_text_sink)(void* sink_ctx, const char* text);
 int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
                               void (*frames)(void* ctx, void* handle,
                                              gmlake_frame_sink sink,
                                              void* sink_ctx),
                               void (*release)(void* ctx, void* handle),
+                              void (*forward)(void* ctx, void* handle,
+                                              gmlake_text_sink sink,
+                                              void* sink_ctx),
                               void* ctx);
 /* The gatherer's handle of stack `stack` of `device`'s history (NULL: none
  * or gmlake's own walk). Valid while the process lives. */

@@ -691,6 +691,9 @@ int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
                                              gmlake_frame_sink sink,
                                              void* sink_ctx),
                               void (*release)(void* ctx, void* handle),
+                              void (*forward)(void* ctx, void* handle,
+                                              gmlake_text_sink sink,
+                                              void* sink_ctx),
                               void* ctx) {
   if (gather == nullptr) {
     gmlake::SetStackGatherer(nullptr);
@@ -700,6 +703,7 @@ int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
   g.gather = gather;
   g.frames = frames;
   g.release = release;
+  g.forward = forward;
   g.ctx = ctx;
   gmlake::SetStackGatherer(&g);
   return 0;

@@ -176,14 +176,30 @@ void StackCapture::InternPython(std::vector<uint32_t>* out) {
   if (frame != nullptr) py.decref(frame);
 }
 
-uint32_t StackCapture::InternStack(std::vector<uint32_t> ids) {
-  if (ids.empty()) return kNoStack;
+uint32_t StackCapture::InternForwardLine(std::string line) {
+  auto it = forward_ids_.find(line);
+  if (it != forward_ids_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(forward_lines_.size());
+  forward_lines_.push_back(line);
+  forward_ids_.emplace(std::move(line), id);
+  return id;
+}
+
+uint32_t StackCapture::InternStack(std::vector<uint32_t> ids,
+                                   std::vector<uint32_t> forward) {
+  if (ids.empty() && forward.empty()) return kNoStack;
+  // The frame ids, a count, then the forward ids: two stacks that differ
+  // only in where one list ends are two keys.
   std::string key(reinterpret_cast<const char*>(ids.data()),
                   ids.size() * sizeof(uint32_t));
+  const uint32_t n = static_cast<uint32_t>(ids.size());
+  key.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  key.append(reinterpret_cast<const char*>(forward.data()),
+             forward.size() * sizeof(uint32_t));
   auto it = stack_ids_.find(key);
   if (it != stack_ids_.end()) return it->second;
   const uint32_t id = static_cast<uint32_t>(stacks_.size());
-  stacks_.push_back(std::move(ids));
+  stacks_.push_back(Stack{std::move(ids), std::move(forward)});
   stack_ids_.emplace(std::move(key), id);
   return id;
 }
@@ -225,6 +241,17 @@ uint32_t StackCapture::Gather(const StackGatherer& g, StackKind kind) {
         },
         &frames);
   }
+  std::vector<std::string> forward;
+  if (g.forward != nullptr) {
+    g.forward(
+        g.ctx, handle,
+        [](void* sink, const char* text) {
+          if (text != nullptr) {
+            static_cast<std::vector<std::string>*>(sink)->push_back(text);
+          }
+        },
+        &forward);
+  }
   uint32_t stack;
   bool kept = false;
   {
@@ -232,7 +259,12 @@ uint32_t StackCapture::Gather(const StackGatherer& g, StackKind kind) {
     std::vector<uint32_t> ids;
     ids.reserve(frames.size());
     for (Frame& f : frames) ids.push_back(Intern(std::move(f)));
-    stack = InternStack(std::move(ids));
+    std::vector<uint32_t> forward_ids;
+    forward_ids.reserve(forward.size());
+    for (std::string& line : forward) {
+      forward_ids.push_back(InternForwardLine(std::move(line)));
+    }
+    stack = InternStack(std::move(ids), std::move(forward_ids));
     if (stack != kNoStack && !handles_.contains(stack)) {
       handles_.emplace(stack, handle);
       kept = true;
@@ -275,7 +307,15 @@ std::vector<Frame> StackCapture::Frames(uint32_t stack) const {
   MutexLock lock(&mu_);
   std::vector<Frame> out;
   if (stack >= stacks_.size()) return out;
-  for (uint32_t id : stacks_[stack]) out.push_back(frames_[id]);
+  for (uint32_t id : stacks_[stack].frames) out.push_back(frames_[id]);
+  return out;
+}
+
+std::vector<std::string> StackCapture::ForwardFrames(uint32_t stack) const {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  if (stack >= stacks_.size()) return out;
+  for (uint32_t id : stacks_[stack].forward) out.push_back(forward_lines_[id]);
   return out;
 }
 

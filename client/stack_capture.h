@@ -45,17 +45,23 @@ struct Frame {
 // and symbolizes C++ frames its own way. `gather` captures the calling
 // thread's stack (C++ frames too when `cpp`; called with no gmlake lock
 // held) and returns a handle, null for none; `frames` lists a handle's
-// frames, innermost first, to `sink`; `release` drops one. gmlake keeps
-// the first handle of each distinct stack for callers that want the
+// frames, innermost first, to `sink`; `forward` (optional) lists its
+// forward trace, one string each (anomaly mode: the forward op whose
+// backward allocates, on autograd's thread, which has no Python frames of
+// its own); `release` drops one. gmlake keeps the first handle of each
+// distinct stack (frames and forward trace) for callers that want the
 // embedder's own object back (Handle: PyTorch's C++ snapshot), and
 // releases the rest at once.
 struct StackGatherer {
   using FrameSink = void (*)(void* sink_ctx, const char* filename,
                              const char* name, int line);
+  using TextSink = void (*)(void* sink_ctx, const char* text);
   void* (*gather)(void* ctx, int cpp) = nullptr;
   void (*frames)(void* ctx, void* handle, FrameSink sink,
                  void* sink_ctx) = nullptr;
   void (*release)(void* ctx, void* handle) = nullptr;
+  void (*forward)(void* ctx, void* handle, TextSink sink,
+                  void* sink_ctx) = nullptr;
   void* ctx = nullptr;
 };
 // Installs `gatherer` for every StackCapture of the process (copied);
@@ -77,6 +83,8 @@ class StackCapture {
   uint32_t Capture(StackKind kind);
   // The frames of a stack Capture returned.
   std::vector<Frame> Frames(uint32_t stack) const;
+  // Its forward trace (StackGatherer::forward), empty when none.
+  std::vector<std::string> ForwardFrames(uint32_t stack) const;
   // The embedder's handle of that stack (StackGatherer), null when it was
   // walked by gmlake itself.
   void* Handle(uint32_t stack) const;
@@ -90,7 +98,11 @@ class StackCapture {
   // With the GIL held.
   void InternPython(std::vector<uint32_t>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint32_t InternStack(std::vector<uint32_t> ids)
+  // `forward`: ids of forward_lines_ (none for gmlake's own walk).
+  uint32_t InternStack(std::vector<uint32_t> ids,
+                       std::vector<uint32_t> forward = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t InternForwardLine(std::string line)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Capture through an installed gatherer.
   uint32_t Gather(const StackGatherer& g, StackKind kind);
@@ -103,7 +115,13 @@ class StackCapture {
   // Python code object (a reference kept, so the address stays its own) ->
   // its file and function, as a frame without a line.
   absl::flat_hash_map<void*, Frame> code_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<uint32_t>> stacks_ ABSL_GUARDED_BY(mu_);
+  struct Stack {
+    std::vector<uint32_t> frames;   // ids of frames_
+    std::vector<uint32_t> forward;  // ids of forward_lines_
+  };
+  std::vector<Stack> stacks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> forward_lines_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> forward_ids_ ABSL_GUARDED_BY(mu_);
   // By stack id: the gatherer's handle of its first capture (kept for the
   // process's life, as the code objects are).
   absl::flat_hash_map<uint32_t, void*> handles_ ABSL_GUARDED_BY(mu_);

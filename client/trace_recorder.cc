@@ -125,6 +125,17 @@ std::string TraceRecorder::FramesJson(uint32_t stack) const {
   return out;
 }
 
+std::string TraceRecorder::ForwardFramesJson(uint32_t stack) const {
+  const std::vector<std::string> lines = capture_.ForwardFrames(stack);
+  if (lines.empty()) return "";
+  std::string out = "[";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", JsonString(lines[i]));
+  }
+  absl::StrAppend(&out, "]");
+  return out;
+}
+
 TraceRecorder::CallScope::~CallScope() {
   if (active_) current_stack = outer_;
 }
@@ -211,7 +222,11 @@ std::string TraceRecorder::ToJson() const {
     if (e.action == TraceAction::kOom) {
       absl::StrAppend(&out, ",\"device_free\":", e.device_free);
     }
-    absl::StrAppend(&out, ",\"frames\":", FramesJson(e.stack), "}");
+    absl::StrAppend(&out, ",\"frames\":", FramesJson(e.stack));
+    if (std::string forward = ForwardFramesJson(e.stack); !forward.empty()) {
+      absl::StrAppend(&out, ",\"forward_frames\":", forward);
+    }
+    absl::StrAppend(&out, "}");
     first = false;
   }
   absl::StrAppend(&out, "]");

@@ -101,6 +101,9 @@ class TraceRecorder {
   // `stack`'s frames as a JSON array of PyTorch's frames ({"filename",
   // "line", "name"}); [] for kNoStack.
   std::string FramesJson(uint32_t stack) const;
+  // Its forward trace as a JSON array of strings (PyTorch's
+  // "forward_frames"), "" when it has none.
+  std::string ForwardFramesJson(uint32_t stack) const;
   // The string that every event recorded from now on carries as its
   // "user_metadata" (torch.cuda.memory._set_memory_metadata; "" for none).
   void SetUserMetadata(const std::string& metadata);

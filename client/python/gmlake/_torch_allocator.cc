@@ -180,6 +180,21 @@ void StackFrames(void* /*ctx*/, void* handle, gmlake_frame_sink sink,
   }
 }
 
+// Anomaly mode's forward trace, which CapturedTraceback::gather takes from
+// the autograd node being run (the snapshot's "forward_frames").
+void StackForward(void* /*ctx*/, void* handle, gmlake_text_sink sink,
+                  void* sink_ctx) {
+  try {
+    auto* tb = dynamic_cast<torch::CapturedTraceback*>(
+        static_cast<Context*>(handle)->get());
+    if (tb == nullptr || !tb->forward_traceback().has_value()) return;
+    for (const std::string& line : *tb->forward_traceback()) {
+      sink(sink_ctx, line.c_str());
+    }
+  } catch (...) {
+  }
+}
+
 void ReleaseStack(void* /*ctx*/, void* handle) {
   delete static_cast<Context*>(handle);
 }
@@ -1009,7 +1024,8 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   try {
     auto door = std::make_shared<GMLakeAllocator>(api);
     // History stacks from PyTorch's own gatherer from now on.
-    api.set_stack_gatherer(&GatherStack, &StackFrames, &ReleaseStack, nullptr);
+    api.set_stack_gatherer(&GatherStack, &StackFrames, &ReleaseStack,
+                           &StackForward, nullptr);
     // Refuses (c10::Error) once PyTorch's own allocator has started.
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(door);
     // torch.accelerator's calls (memory_stats, empty_cache, ...) find the
