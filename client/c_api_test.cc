@@ -169,6 +169,104 @@ TEST(CApiTest, ExternalPoolsCacheTheirAllocatorsSegments) {
   gmlake_shutdown();
 }
 
+// What a native door's attachAllocatorTraceTracker needs (NCCL's buffer
+// registration hooks): every segment event as it happens, with its pool.
+struct SegmentEvents {
+  std::vector<gmlake_segment_event> events;
+  const CallbackCounts* counts = nullptr;
+  std::vector<int> frees_seen;  // the external frees done at each event
+  uint64_t Bytes(int action, uint64_t id1) const {
+    uint64_t n = 0;
+    for (const gmlake_segment_event& e : events) {
+      if (e.action == action && e.pool_id1 == id1) n += e.size;
+    }
+    return n;
+  }
+};
+void ObserveSegment(void* ctx, const gmlake_segment_event* e) {
+  auto* s = static_cast<SegmentEvents*>(ctx);
+  s->events.push_back(*e);
+  s->frees_seen.push_back(s->counts->frees);
+}
+
+TEST(CApiTest, SegmentObserverSeesMappingsAndExternalSegments) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  CallbackCounts counts;
+  SegmentEvents seen;
+  seen.counts = &counts;
+  ASSERT_EQ(gmlake_set_segment_observer(&ObserveSegment, &seen), 0);
+
+  // gmlake's own memory: pages mapped and unmapped, as PyTorch's
+  // expandable segments report them (NCCL's hooks register neither).
+  void* p = gmlake_malloc(8 << 20, 0, 7);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  EXPECT_EQ(seen.Bytes(GMLAKE_SEGMENT_MAP, 0), uint64_t{8} << 20);
+  for (const gmlake_segment_event& e : seen.events) {
+    EXPECT_EQ(e.device, 0);
+    EXPECT_EQ(e.stream, 7u);
+    EXPECT_EQ(e.pool_id0, 0u);
+  }
+  ASSERT_EQ(gmlake_free(p), 0);
+  gmlake_empty_cache();
+  EXPECT_EQ(seen.Bytes(GMLAKE_SEGMENT_UNMAP, 0), uint64_t{8} << 20);
+
+  // A private pool's mappings carry its id.
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 5), 0);
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 0, 5, nullptr, nullptr), 0);
+  void* g = gmlake_malloc(4 << 20, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 0, 5), 0);
+  ASSERT_NE(g, nullptr) << gmlake_last_error();
+  EXPECT_EQ(seen.Bytes(GMLAKE_SEGMENT_MAP, 5), uint64_t{4} << 20);
+  ASSERT_EQ(gmlake_free(g), 0);
+  EXPECT_GE(gmlake_pool_release(0, 0, 5), 0);
+
+  // Another allocator's segments (MemPool(allocator=ncclMemAlloc)): one
+  // segment_alloc each, with the pool's id, and a segment_free before the
+  // segment goes back to that allocator (NCCL deregisters it first).
+  ASSERT_EQ(gmlake_record_history(100, 0, 0, 1), 0);
+  ASSERT_EQ(gmlake_pool_create_external(0, 0, 8, &CountingAlloc, &CountingFree,
+                                        &counts, &CountingDrop),
+            0);
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 0, 8, nullptr, nullptr), 0);
+  void* x = gmlake_malloc(1 << 20, 0, 7);
+  void* y = gmlake_malloc(1 << 20, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 0, 8), 0);
+  ASSERT_NE(x, nullptr) << gmlake_last_error();
+  EXPECT_EQ(seen.Bytes(GMLAKE_SEGMENT_ALLOC, 8), uint64_t{2} << 20);
+  EXPECT_EQ(seen.Bytes(GMLAKE_SEGMENT_MAP, 8), 0u);
+  const size_t alloc_at = seen.events.size() - 1;
+  EXPECT_EQ(seen.events[alloc_at].action, GMLAKE_SEGMENT_ALLOC);
+  EXPECT_EQ(seen.events[alloc_at].addr, reinterpret_cast<uint64_t>(x));
+  ASSERT_EQ(gmlake_free(x), 0);
+  ASSERT_EQ(gmlake_free(y), 0);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 8), int64_t{2} << 20);
+  EXPECT_EQ(counts.frees, 1);
+  ASSERT_EQ(seen.events.back().action, GMLAKE_SEGMENT_FREE);
+  EXPECT_EQ(seen.events.back().addr, reinterpret_cast<uint64_t>(x));
+  EXPECT_EQ(seen.events.back().size, uint64_t{2} << 20);
+  EXPECT_EQ(seen.events.back().pool_id1, 8u);
+  EXPECT_EQ(seen.frees_seen.back(), 0);  // told before it was freed
+
+  // The history names them as PyTorch's allocator does.
+  char* json = gmlake_snapshot_json();
+  const std::string snapshot(json);
+  gmlake_free_string(json);
+  EXPECT_NE(snapshot.find("\"segment_alloc\""), std::string::npos);
+  EXPECT_NE(snapshot.find("\"segment_free\""), std::string::npos);
+  EXPECT_EQ(snapshot.find("\"segment_map\""), std::string::npos);
+  ASSERT_EQ(gmlake_record_history(0, 0, 0, 1), 0);
+
+  // Off: nothing more is told.
+  ASSERT_EQ(gmlake_set_segment_observer(nullptr, nullptr), 0);
+  const size_t before = seen.events.size();
+  void* q = gmlake_malloc(16 << 20, 0, 7);
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(gmlake_free(q), 0);
+  EXPECT_EQ(seen.events.size(), before);
+  gmlake_shutdown();
+}
+
 // What a native door's C++ snapshot() and history calls: stacks from the
 // embedder's gatherer (PyTorch's CapturedTraceback), and the snapshot as
 // structures that carry each stack's handle back.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/chunk_cover.h"
+#include "client/segment_observer.h"
 #include "client/stitch_policy.h"
 #include "common/bytes.h"
 #include "common/mutex.h"
@@ -1401,9 +1402,7 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
   stats_.inactive_split_bytes.Add(-cut_bytes, a->small);
   if (a->small) stats_.reserved_bytes.Shift(cut_bytes, /*to_small=*/false);
   // The pages leave the segment (stitched elsewhere, or given back).
-  if (trace_.on()) {
-    trace_.Record(TraceAction::kSegmentUnmap, cut0, cut_bytes, pool->stream);
-  }
+  RecordMapping(TraceAction::kSegmentUnmap, cut0, cut_bytes, *pool);
 
   // The part of f after the cut heads the right-hand segment.
   Block* right = nullptr;
@@ -1509,10 +1508,24 @@ Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,
   if (a->small) stats_.reserved_bytes.Shift(bytes, /*to_small=*/true);
   // The pages join a segment (memory_viz: segment_map, which joins
   // neighbours as here).
-  if (trace_.on()) {
-    trace_.Record(TraceAction::kSegmentMap, n->addr, bytes, pool->stream);
-  }
+  RecordMapping(TraceAction::kSegmentMap, n->addr, bytes, *pool);
   return InsertFree(n);
+}
+
+void DeviceAllocator::RecordMapping(TraceAction action, DevicePtr addr,
+                                    uint64_t bytes, const Pool& pool) {
+  if (!trace_.on() && !SegmentObserved()) return;
+  RecordSegment(action, addr, bytes, pool.stream,
+                mempools_.IdOf(pool.mempool).value_or(MempoolId{0, 0}));
+}
+
+void DeviceAllocator::RecordSegment(TraceAction action, DevicePtr addr,
+                                    uint64_t bytes, StreamHandle stream,
+                                    MempoolId id) {
+  if (trace_.on()) trace_.Record(action, addr, bytes, stream);
+  if (SegmentObserved()) {
+    NotifySegment({device_, action, addr, bytes, stream, id});
+  }
 }
 
 // --- Giving memory back -----------------------------------------------------

@@ -460,6 +460,14 @@ class DeviceAllocator {
   absl::StatusOr<DevicePtr> MallocExternal(uint32_t tag, size_t size,
                                            StreamHandle stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One segment event (segment_observer.h) into the history and to the
+  // process's segment observer: gmlake's pages mapped or unmapped for
+  // `pool`, or another allocator's segment taken or given back for `id`.
+  void RecordMapping(TraceAction action, DevicePtr addr, uint64_t bytes,
+                     const Pool& pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordSegment(TraceAction action, DevicePtr addr, uint64_t bytes,
+                     StreamHandle stream, MempoolId id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Books an external block handed out (statistics, history).
   void BookExternalBlock(uint32_t tag, const ExternalPool::Taken& t,
                          size_t requested, StreamHandle stream)

@@ -123,7 +123,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::MallocExternal(uint32_t tag,
   if (small) external_small_reserved_ += seg;
   stats_.reserved_bytes.Add(static_cast<int64_t>(seg), small);
   stats_.segment.Add(1, small);
-  if (trace_.on()) trace_.Record(TraceAction::kSegmentMap, addr, seg, stream);
+  RecordSegment(TraceAction::kSegmentAlloc, addr, seg, stream, e->id);
   // The lock was held since the segment was booked: it serves the request.
   std::optional<ExternalPool::Taken> t = e->books.TakeFree(size, stream);
   BookExternalBlock(tag, *t, size, stream);
@@ -187,7 +187,8 @@ uint64_t DeviceAllocator::GiveBackExternal(uint32_t tag) {
   if (e == nullptr) return 0;
   std::vector<ExternalPool::Released> back = e->books.TakeFreeSegments();
   std::shared_ptr<ExternalMemory> memory = e->memory;
-  if (e->retired && e->books.empty()) external_.erase(tag);
+  const MempoolId id = e->id;
+  if (e->retired && e->books.empty()) external_.erase(tag);  // e is gone
   uint64_t bytes = 0;
   for (const ExternalPool::Released& r : back) {
     bytes += r.size;
@@ -195,9 +196,8 @@ uint64_t DeviceAllocator::GiveBackExternal(uint32_t tag) {
     if (r.small) external_small_reserved_ -= r.size;
     stats_.reserved_bytes.Add(-static_cast<int64_t>(r.size), r.small);
     stats_.segment.Add(-1, r.small);
-    if (trace_.on()) {
-      trace_.Record(TraceAction::kSegmentUnmap, r.addr, r.size, r.stream);
-    }
+    // Before the memory goes back: NCCL deregisters it here.
+    RecordSegment(TraceAction::kSegmentFree, r.addr, r.size, r.stream, id);
   }
   if (back.empty()) return 0;
   mu_.Unlock();

@@ -110,7 +110,9 @@ typedef struct {
   size_t num_blocks;
 } gmlake_segment_view;
 /* Actions: 0 alloc, 1 free_requested, 2 free_completed, 3 segment_map,
- * 4 segment_unmap, 5 oom (device_free: what the lake could still give). */
+ * 4 segment_unmap, 5 oom (device_free: what the lake could still give),
+ * 6 segment_alloc, 7 segment_free (segments of another allocator's pool,
+ * gmlake_pool_create_external). */
 typedef struct {
   int device, action;
   uint64_t addr, size, stream;
@@ -153,6 +155,31 @@ int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
 /* The gatherer's handle of stack `stack` of `device`'s history (NULL: none
  * or gmlake's own walk). Valid while the process lives. */
 void* gmlake_stack_handle(int device, uint32_t stack);
+
+/* Segment events as they happen, for PyTorch's trace trackers
+ * (attachAllocatorTraceTracker: NCCL's buffer registration hooks). gmlake's
+ * own pages are mapped and unmapped (GMLAKE_SEGMENT_MAP/_UNMAP, as
+ * PyTorch's expandable segments: stitched from chunks, no fixed segment to
+ * register); segments of another allocator's pool are taken and given back
+ * (GMLAKE_SEGMENT_ALLOC/_FREE, as PyTorch's own segments; _FREE before the
+ * segment goes back to that allocator). `observe` runs on the allocating
+ * thread with gmlake's lock held: it must not call gmlake. One observer per
+ * process; NULL removes it, and once this returns the previous one is
+ * called no more. */
+enum {
+  GMLAKE_SEGMENT_MAP = 3,
+  GMLAKE_SEGMENT_UNMAP = 4,
+  GMLAKE_SEGMENT_ALLOC = 6,
+  GMLAKE_SEGMENT_FREE = 7
+};
+typedef struct {
+  int device, action;
+  uint64_t addr, size, stream;
+  uint64_t pool_id0, pool_id1; /* PyTorch's MempoolId_t; (0, 0): default */
+} gmlake_segment_event;
+int gmlake_set_segment_observer(void (*observe)(void* ctx,
+                                                const gmlake_segment_event* e),
+                                void* ctx);
 
 /* What the last failing call on this thread said ("" if none). */
 const char* gmlake_last_error(void);

@@ -25,6 +25,7 @@
 #include "client/ipc_share.h"
 #include "client/open_chunk_source.h"
 #include "client/options.h"
+#include "client/segment_observer.h"
 #include "common/mutex.h"
 
 namespace gmlake {
@@ -706,6 +707,43 @@ int gmlake_set_stack_gatherer(void* (*gather)(void* ctx, int cpp),
   g.forward = forward;
   g.ctx = ctx;
   gmlake::SetStackGatherer(&g);
+  return 0;
+}
+
+namespace {
+struct CSegmentObserver {
+  void (*observe)(void* ctx, const gmlake_segment_event* e) = nullptr;
+  void* ctx = nullptr;
+};
+// Written only with none installed, under the setter's lock.
+gmlake::Mutex c_segment_observer_mu;
+CSegmentObserver c_segment_observer;
+
+void ObserveSegmentInC(void* ctx, const gmlake::SegmentEvent& event) {
+  const auto* o = static_cast<const CSegmentObserver*>(ctx);
+  gmlake_segment_event e;
+  e.device = event.device;
+  e.action = static_cast<int>(event.action);
+  e.addr = event.addr;
+  e.size = event.size;
+  e.stream = event.stream;
+  e.pool_id0 = event.pool.first;
+  e.pool_id1 = event.pool.second;
+  o->observe(o->ctx, &e);
+}
+}  // namespace
+
+int gmlake_set_segment_observer(void (*observe)(void* ctx,
+                                                const gmlake_segment_event* e),
+                                void* ctx) {
+  gmlake::MutexLock lock(&c_segment_observer_mu);
+  gmlake::SetSegmentObserver(nullptr);  // no call in progress after this
+  if (observe == nullptr) return 0;
+  c_segment_observer = {observe, ctx};
+  gmlake::SegmentObserver o;
+  o.observe = &ObserveSegmentInC;
+  o.ctx = &c_segment_observer;
+  gmlake::SetSegmentObserver(&o);
   return 0;
 }
 

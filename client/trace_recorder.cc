@@ -26,6 +26,10 @@ const char* TraceActionName(TraceAction action) {
       return "segment_unmap";
     case TraceAction::kOom:
       return "oom";
+    case TraceAction::kSegmentAlloc:
+      return "segment_alloc";
+    case TraceAction::kSegmentFree:
+      return "segment_free";
   }
   return "unknown";
 }

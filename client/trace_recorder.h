@@ -28,7 +28,10 @@ namespace gmlake {
 
 // PyTorch's TraceEntry actions that GMLake produces. Mapping pages into an
 // arena is a "segment_map" (as PyTorch's expandable segments): a mapping
-// next to mapped pages joins their segment.
+// next to mapped pages joins their segment. Another allocator's segments
+// (MemPool(allocator=...)) are fixed ranges, as PyTorch's own segments:
+// "segment_alloc" and "segment_free" (segment_observer.h says who needs the
+// difference). The order is the C API's numbering (gmlake.h).
 enum class TraceAction : uint8_t {
   kAlloc,          // a block handed out
   kFreeRequested,  // freed by the caller
@@ -36,6 +39,8 @@ enum class TraceAction : uint8_t {
   kSegmentMap,     // pages mapped (slow path)
   kSegmentUnmap,   // pages unmapped (stitched elsewhere, or given back)
   kOom,            // a request that failed
+  kSegmentAlloc,   // a segment of another allocator taken
+  kSegmentFree,    // one given back to it
 };
 
 const char* TraceActionName(TraceAction action);

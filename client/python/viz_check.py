@@ -146,12 +146,12 @@ def _check_trace(device, trace, segments, live):
             blocks.pop(e["addr"], None)
         elif e["action"] in ("free_requested", "free_completed"):
             blocks[e["addr"]] = e["size"]
-        elif e["action"] == "segment_map":
+        elif e["action"] in ("segment_map", "segment_alloc"):
             bad = _unmap(ranges, e["addr"], e["size"], where)
             if bad:
                 problems.append(bad)
                 return problems
-        elif e["action"] == "segment_unmap":
+        elif e["action"] in ("segment_unmap", "segment_free"):
             _map(ranges, e["addr"], e["size"])
         for addr, size in blocks.items():
             if not _inside(ranges, addr, size):
