@@ -280,11 +280,14 @@ bool GrpcUnixAcceptor::AcceptPending() {
       }
       sock = *std::move(served);
     }
-    // Recorded before gRPC can read a call from it.
+    // Recorded and counted before gRPC can read a call from it: a caller
+    // whose call has been answered must see its connection in accepted().
     peers_->Record(sock.get(), *peer);
+    {
+      MutexLock l(&mu_);
+      ++accepted_;
+    }
     grpc::AddInsecureChannelFromFd(server_, sock.Release());
-    MutexLock l(&mu_);
-    ++accepted_;
   }
 }
 
