@@ -31,6 +31,15 @@ natively and under GMLake (issue 18), each test in its own process.
                            CUDA tensor the parent shared; the parent sees it
   compile_reduce_overhead  torch.compile(mode="reduce-overhead") of a small
                            MLP training step, against eager
+  nccl_register_hooks      NCCL user buffer registration: a 1-rank NCCL
+                           group, a MemPool of another allocator (cuMemAlloc,
+                           built here: this torch's NCCL has no ncclMemAlloc)
+                           given to register_mem_pool, an all_reduce in it;
+                           a trace tracker of our own (C++, built here) sees
+                           a SEGMENT_ALLOC with the pool's id for each of its
+                           segments and a SEGMENT_FREE for each once the pool
+                           is gone (what ProcessGroupNCCL's hooks register and
+                           deregister)
 
 Run: python3 tests/gpu/torch_door_test.py [--label NAME] [--only a,b]
      (natively, or under `gmlake run --`). Prints one JSON line per test
@@ -388,8 +397,156 @@ def compile_reduce_overhead(torch):
     return {}
 
 
+# A trace tracker of our own, attached as ProcessGroupNCCL attaches its
+# registration hooks: counts and bytes of each segment action, per pool.
+_TRACKER_PROBE = r"""
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <dlfcn.h>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+namespace cca = c10::cuda::CUDACachingAllocator;
+static std::mutex mu;
+static std::map<std::string, int64_t> counts;
+extern "C" void probe_attach() {
+  cca::attachAllocatorTraceTracker([](const cca::TraceEntry& te) {
+    using A = cca::TraceEntry::Action;
+    const char* a = nullptr;
+    switch (te.action_) {
+      case A::SEGMENT_ALLOC: a = "segment_alloc"; break;
+      case A::SEGMENT_FREE: a = "segment_free"; break;
+      case A::SEGMENT_MAP: a = "segment_map"; break;
+      case A::SEGMENT_UNMAP: a = "segment_unmap"; break;
+      default: return;
+    }
+    char key[96];
+    std::snprintf(key, sizeof key, "%s/%llu,%llu", a,
+                  (unsigned long long)te.mempool_.first,
+                  (unsigned long long)te.mempool_.second);
+    std::lock_guard<std::mutex> l(mu);
+    counts[key] += 1;
+    counts[std::string(key) + "/bytes"] += (int64_t)te.size_;
+  });
+}
+extern "C" int64_t probe_count(const char* key) {
+  std::lock_guard<std::mutex> l(mu);
+  auto it = counts.find(key);
+  return it == counts.end() ? 0 : it->second;
+}
+// Another allocator for a MemPool (CUDAPluggableAllocator's signatures):
+// the driver's cuMemAlloc in the context torch made current.
+using MemAlloc = int (*)(unsigned long long*, size_t);
+using MemFree = int (*)(unsigned long long);
+static void* Driver(const char* name) {
+  static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  return lib == nullptr ? nullptr : dlsym(lib, name);
+}
+extern "C" void* probe_alloc(size_t size, int, void*) {
+  static MemAlloc f = reinterpret_cast<MemAlloc>(Driver("cuMemAlloc_v2"));
+  unsigned long long p = 0;
+  return f != nullptr && f(&p, size) == 0 ? reinterpret_cast<void*>(p)
+                                          : nullptr;
+}
+extern "C" void probe_free(void* ptr, size_t, int, void*) {
+  static MemFree f = reinterpret_cast<MemFree>(Driver("cuMemFree_v2"));
+  if (f != nullptr) f(reinterpret_cast<unsigned long long>(ptr));
+}
+"""
+
+
+def _tracker_probe(torch):
+    import ctypes
+    import tempfile
+    from gmlake import _door
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    inc = os.path.join(torch_dir, "include")
+    d = tempfile.mkdtemp(prefix="gmlake-probe-")
+    src, out = os.path.join(d, "probe.cc"), os.path.join(d, "probe.so")
+    with open(src, "w") as f:
+        f.write(_TRACKER_PROBE)
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    lib = os.path.join(torch_dir, "lib")
+    errors = ""
+    for std in ("c++20", "c++17"):
+        cmd = ["g++", "-shared", "-fPIC", "-O1", "-std=" + std,
+               "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", inc,
+               "-I", _door._cuda_include(torch_dir), src, "-o", out,
+               "-L", lib, "-lc10_cuda", "-lc10", "-ldl", "-Wl,-rpath," + lib]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True)
+        if r.returncode == 0:
+            break
+        errors = r.stdout
+    else:
+        raise RuntimeError("building the tracker probe: " + errors[-600:])
+    probe = ctypes.CDLL(out)
+    probe.probe_count.restype = ctypes.c_int64
+    probe.probe_count.argtypes = [ctypes.c_char_p]
+    probe.path = out
+    return probe
+
+
+def nccl_register_hooks(torch):
+    import torch.distributed as dist
+    import socket
+    probe = _tracker_probe(torch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
+    try:
+        probe.probe_attach()
+        backend = dist.group.WORLD._get_backend(dev)
+        other = torch.cuda.memory.CUDAPluggableAllocator(probe.path, "probe_alloc", "probe_free")
+        pool = torch.cuda.MemPool(other.allocator())
+        key = "%d,%d" % tuple(pool.id)
+        with torch.cuda.use_mem_pool(pool):
+            a = torch.ones(1 << 20, device="cuda")  # 4 MiB
+        # Registers the pool's segments with NCCL; a build of NCCL that
+        # cannot register such memory says so, natively too.
+        register_error = ""
+        try:
+            backend.register_mem_pool(pool)
+        except RuntimeError as e:
+            register_error = str(e)[:200]
+        with torch.cuda.use_mem_pool(pool):
+            b = torch.ones(16 << 20, device="cuda")  # 64 MiB: a new segment
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+        torch.cuda.synchronize()
+        assert a.sum().item() == (1 << 20) and b.sum().item() == (16 << 20), "all_reduce sums"
+        allocs = probe.probe_count(("segment_alloc/" + key).encode())
+        alloc_bytes = probe.probe_count(("segment_alloc/" + key + "/bytes").encode())
+        assert allocs >= 1 and alloc_bytes >= (64 << 20), \
+            "tracker saw %d SEGMENT_ALLOC (%d bytes) of pool %s after the 64 MiB tensor" % (
+                allocs, alloc_bytes, key)
+        del a, b
+        if not register_error:
+            backend.deregister_mem_pool(pool)
+        del pool
+        torch.cuda.empty_cache()
+        frees = probe.probe_count(("segment_free/" + key).encode())
+        free_bytes = probe.probe_count(("segment_free/" + key + "/bytes").encode())
+        # Segments made before the tracker was attached are freed too.
+        assert free_bytes >= alloc_bytes and frees >= allocs, \
+            "pool %s: %d SEGMENT_FREE (%d bytes) for %d SEGMENT_ALLOC (%d bytes)" % (
+                key, frees, free_bytes, allocs, alloc_bytes)
+        maps = probe.probe_count(b"segment_map/0,0")
+        return {"segment_alloc": allocs, "alloc_bytes": alloc_bytes, "segment_free": frees,
+                "free_bytes": free_bytes, "default_segment_maps": maps,
+                "register_error": register_error}
+    finally:
+        dist.destroy_process_group()
+
+
 TESTS = [graph_capture_simple, graph_training_sgd, graph_optims, make_graphed_callables, graph_side_stream,
-         mempool, memory_stats, oom_observer, profiler_memory, cudnn_conv, ipc_share, compile_reduce_overhead]
+         mempool, memory_stats, oom_observer, profiler_memory, cudnn_conv, ipc_share, compile_reduce_overhead,
+         nccl_register_hooks]
 
 
 def _run_one(name):

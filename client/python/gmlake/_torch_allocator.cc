@@ -76,6 +76,7 @@ struct Api {
   decltype(&gmlake_stack_handle) stack_handle = nullptr;
   decltype(&gmlake_push_compile_context) push_compile_context = nullptr;
   decltype(&gmlake_pop_compile_context) pop_compile_context = nullptr;
+  decltype(&gmlake_set_segment_observer) set_segment_observer = nullptr;
   decltype(&gmlake_ipc_share) ipc_share = nullptr;
   decltype(&gmlake_ipc_open) ipc_open = nullptr;
   decltype(&gmlake_ipc_close) ipc_close = nullptr;
@@ -246,9 +247,10 @@ void VisitTrace(void* ctx, const gmlake_trace_view* t) {
   auto* v = static_cast<SnapshotVisit*>(ctx);
   using Action = cca::TraceEntry::Action;
   static constexpr Action kActions[] = {
-      Action::ALLOC,       Action::FREE_REQUESTED, Action::FREE_COMPLETED,
-      Action::SEGMENT_MAP, Action::SEGMENT_UNMAP,  Action::OOM};
-  if (t->action < 0 || t->action >= 6) return;
+      Action::ALLOC,         Action::FREE_REQUESTED, Action::FREE_COMPLETED,
+      Action::SEGMENT_MAP,   Action::SEGMENT_UNMAP,  Action::OOM,
+      Action::SEGMENT_ALLOC, Action::SEGMENT_FREE};
+  if (t->action < 0 || t->action >= 8) return;
   const Action action = kActions[t->action];
   if (t->device >= static_cast<int>(v->info->device_traces.size())) {
     v->info->device_traces.resize(t->device + 1);
@@ -526,10 +528,68 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
     api_.push_compile_context(md.c_str());
   }
   void popCompileContext() override { api_.pop_compile_context(); }
+  // PyTorch's trace trackers; ProcessGroupNCCL's register each SEGMENT_ALLOC
+  // of a pool given to register_mem_pool with NCCL and deregister it at its
+  // SEGMENT_FREE. gmlake tells the door of segment events only
+  // (gmlake_set_segment_observer): another allocator's segments
+  // (MemPool(allocator=ncclMemAlloc)) as SEGMENT_ALLOC/SEGMENT_FREE, its own
+  // mapped pages as SEGMENT_MAP/SEGMENT_UNMAP, as PyTorch's expandable
+  // segments report theirs (and NCCL's hooks ignore). Per-block events
+  // (ALLOC, FREE_*) are not sent: no tracker we know reads them, and each
+  // malloc would pay the call.
   void attachAllocatorTraceTracker(
       cca::AllocatorTraceTracker tracker) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    trace_trackers_.push_back(std::move(tracker));
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(trackers_mu_);
+      first = trackers_ == nullptr;
+      auto next = std::make_shared<std::vector<cca::AllocatorTraceTracker>>(
+          first ? std::vector<cca::AllocatorTraceTracker>{} : *trackers_);
+      next->push_back(std::move(tracker));
+      trackers_ = std::move(next);  // copied on write: TellTrackers reads
+    }
+    if (first) api_.set_segment_observer(&TellTrackers, this);
+  }
+  // gmlake's observer: runs under gmlake's lock on the allocating thread,
+  // as PyTorch runs its trackers under its own.
+  static void TellTrackers(void* ctx, const gmlake_segment_event* s) {
+    using Action = cca::TraceEntry::Action;
+    Action action;
+    switch (s->action) {
+      case GMLAKE_SEGMENT_MAP:
+        action = Action::SEGMENT_MAP;
+        break;
+      case GMLAKE_SEGMENT_UNMAP:
+        action = Action::SEGMENT_UNMAP;
+        break;
+      case GMLAKE_SEGMENT_ALLOC:
+        action = Action::SEGMENT_ALLOC;
+        break;
+      case GMLAKE_SEGMENT_FREE:
+        action = Action::SEGMENT_FREE;
+        break;
+      default:
+        return;
+    }
+    auto* door = static_cast<GMLakeAllocator*>(ctx);
+    std::shared_ptr<const std::vector<cca::AllocatorTraceTracker>> trackers;
+    {
+      std::lock_guard<std::mutex> lock(door->trackers_mu_);
+      trackers = door->trackers_;
+    }
+    if (trackers == nullptr) return;
+    const cca::TraceEntry e(action, static_cast<c10::DeviceIndex>(s->device),
+                            s->addr, s->size,
+                            reinterpret_cast<cudaStream_t>(s->stream),
+                            {s->pool_id0, s->pool_id1}, /*time=*/0,
+                            /*context=*/nullptr, "N/A", "");
+    for (const cca::AllocatorTraceTracker& t : *trackers) {
+      try {
+        t(e);
+      } catch (...) {
+        // A tracker that throws must not unwind through gmlake's C code.
+      }
+    }
   }
 
   void emptyCache(c10::MempoolId_t mempool_id) override {
@@ -943,7 +1003,8 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
   std::atomic<size_t> uncached_count_{0};
   std::atomic<bool> profiled_{false};
   std::map<void*, std::pair<size_t, c10::DeviceIndex>> profiled_sizes_;
-  std::vector<cca::AllocatorTraceTracker> trace_trackers_;
+  std::mutex trackers_mu_;  // never held while gmlake is called
+  std::shared_ptr<const std::vector<cca::AllocatorTraceTracker>> trackers_;
   std::mutex ipc_mu_;
   std::map<std::string, std::weak_ptr<void>> ipc_open_;
 };
@@ -1011,6 +1072,7 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_stack_handle", &api.stack_handle, &missing);
   Bind(lib, "gmlake_push_compile_context", &api.push_compile_context, &missing);
   Bind(lib, "gmlake_pop_compile_context", &api.pop_compile_context, &missing);
+  Bind(lib, "gmlake_set_segment_observer", &api.set_segment_observer, &missing);
   Bind(lib, "gmlake_ipc_share", &api.ipc_share, &missing);
   Bind(lib, "gmlake_ipc_open", &api.ipc_open, &missing);
   Bind(lib, "gmlake_ipc_close", &api.ipc_close, &missing);
