@@ -169,6 +169,30 @@ TEST(CApiTest, ExternalPoolsCacheTheirAllocatorsSegments) {
   gmlake_shutdown();
 }
 
+// torch.cuda.MemPool(no_split=True) through the C API: two 1 MiB tensors
+// are two segments, not one split; an unknown pool is refused in words.
+TEST(CApiTest, NoSplitPoolsGiveEachAllocationASegment) {
+  ASSERT_EQ(gmlake_init("backend:host,lake:embedded,log:false"), 0)
+      << gmlake_last_error();
+  EXPECT_EQ(gmlake_pool_set_no_split(0, 0, 11), -1);
+  EXPECT_NE(std::string(gmlake_last_error()).find("not live"),
+            std::string::npos);
+  ASSERT_EQ(gmlake_pool_create_or_incref(0, 0, 11), 0);
+  ASSERT_EQ(gmlake_pool_set_no_split(0, 0, 11), 0) << gmlake_last_error();
+  ASSERT_EQ(gmlake_pool_begin_allocate(0, 0, 11, nullptr, nullptr), 0);
+  void* p = gmlake_malloc(1 << 20, 0, 7);
+  void* q = gmlake_malloc(1 << 20, 0, 7);
+  ASSERT_EQ(gmlake_pool_end_allocate(0, 0, 11), 0);
+  ASSERT_NE(p, nullptr) << gmlake_last_error();
+  ASSERT_NE(q, nullptr) << gmlake_last_error();
+  // Whole 2 MiB pages each, a page of address space apart.
+  EXPECT_GE(static_cast<char*>(q) - static_cast<char*>(p), int64_t{4} << 20);
+  EXPECT_EQ(gmlake_free(p), 0);
+  EXPECT_EQ(gmlake_free(q), 0);
+  EXPECT_EQ(gmlake_pool_release(0, 0, 11), int64_t{4} << 20);
+  gmlake_shutdown();
+}
+
 // What a native door's attachAllocatorTraceTracker needs (NCCL's buffer
 // registration hooks): every segment event as it happens, with its pool.
 struct SegmentEvents {

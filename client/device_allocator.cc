@@ -77,8 +77,24 @@ Pool* DeviceAllocator::GetPool(StreamHandle stream, bool small,
   pools_.back()->stream = stream;
   pools_.back()->small = small;
   pools_.back()->mempool = mempool;
+  pools_.back()->no_split = mempool != 0 && mempools_.NoSplit(mempool);
   pools_.back()->free.CountInto(&stats_.inactive_split, small);
   return last = pools_.back().get();
+}
+
+Block* DeviceAllocator::FindFree(Pool* pool, size_t size) const {
+  if (!pool->no_split) return pool->free.Find(size);
+  // Whole blocks only, so no larger than what the request would map: a
+  // no_split pool is for few, large buffers (NCCL windows); linear is fine.
+  const size_t most = RoundUp(size, page_size_);
+  Block* best = nullptr;
+  pool->free.ForEach([&](Block* b) {
+    if (b->size >= size && b->size <= most &&
+        (best == nullptr || b->size < best->size)) {
+      best = b;
+    }
+  });
+  return best;
 }
 
 // --- The fast path ----------------------------------------------------------
@@ -93,9 +109,12 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   if (!pending_.empty() && !capturing()) ProcessPending();
   const uint32_t route = mempools_.Route(stream);
   if (ExternalFor(route) != nullptr) return MallocExternal(route, size, stream);
-  Pool* pool = GetPool(stream, rounded <= options_.small_size, route);
+  // A no_split pool's blocks are whole pages of their own: large arena.
+  const bool small = rounded <= options_.small_size &&
+                     (route == 0 || !mempools_.NoSplit(route));
+  Pool* pool = GetPool(stream, small, route);
   if (!deferred_.empty() && capturing()) ReuseJoinedFrees(pool);
-  Block* b = pool->free.Find(rounded);
+  Block* b = FindFree(pool, rounded);
   if (b != nullptr) {
     pool->free.Remove(b);
   } else {
@@ -117,7 +136,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
       ProcessPending();
       MergeSettledNeighbours();
       // What came back may fit as it is (Grow only makes or stitches).
-      if (Block* back = pool->free.Find(rounded)) {
+      if (Block* back = FindFree(pool, rounded)) {
         pool->free.Remove(back);
         grown = back;
         break;
@@ -159,7 +178,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
 void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {
   const bool small = b->pool->small;
   stats_.inactive_split_bytes.Add(-static_cast<int64_t>(b->size), small);
-  if (b->size - size >= kRound) {
+  if (!b->pool->no_split && b->size - size >= kRound) {
     Block* rest = blocks_.New();
     rest->addr = b->addr + size;
     rest->size = b->size - size;
@@ -904,8 +923,11 @@ std::optional<DeviceAllocator::Plan> DeviceAllocator::FindRoom(Pool* pool,
       auto add_gap = [&](size_t end, const Segment* right) {
         Plan o;
         o.arena = a.get();
-        o.keep_a = usable(left != nullptr ? left->tail : nullptr);
-        o.keep_b = usable(right != nullptr ? right->head : nullptr);
+        // A no_split pool's growth extends nothing: a block of its own.
+        if (!pool->no_split) {
+          o.keep_a = usable(left != nullptr ? left->tail : nullptr);
+          o.keep_b = usable(right != nullptr ? right->head : nullptr);
+        }
         // A private pool's growth stays a page apart from whatever is
         // mapped beside it, unless it extends a free block of its own:
         // one segment per growth, as PyTorch's cudaMalloc per segment
@@ -980,10 +1002,12 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   if (!capture) UnmapDormant(/*settled=*/false);
   bool lake_refused = false;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    if (!capture) {
+    // Both hand over a block inside a mapping of other blocks: not for a
+    // no_split pool, whose every block is a segment.
+    if (!capture && !pool->no_split) {
       if (Block* b = TakeFromOtherStream(pool, size)) return b;
     }
-    if (options_.stitch && !capture) {
+    if (options_.stitch && !capture && !pool->no_split) {
       if (Block* b = Reactivate(pool, size)) return b;
     }
     if (attempt == 0 && !capture && !pool->small) ClearRoomToGrow(pool, size);
@@ -1664,7 +1688,8 @@ std::vector<DeviceAllocator::SegmentView> DeviceAllocator::Segments() const {
         // say what PyTorch's would.
         const Block* run = seg->head;
         for (const Block* b = seg->head; b != nullptr; b = b->next) {
-          if (b->next == nullptr || b->next->pool != run->pool) {
+          if (b->next == nullptr || b->next->pool != run->pool ||
+              run->pool->no_split) {
             out.push_back(ViewOf(*a, run, b->next));
             run = b->next;
           }
@@ -1764,6 +1789,14 @@ absl::Status DeviceAllocator::CheckInvariants() const {
           if (b->addr != expect || b->segment != seg || b->prev != last) {
             return absl::InternalError(absl::StrFormat(
                 "blocks do not tile the segment at 0x%x", expect));
+          }
+          if (b->pool->no_split &&
+              ((last != nullptr && last->pool == b->pool) ||
+               b->size % page_size_ != 0 ||
+               (b->addr - a->base()) % page_size_ != 0)) {
+            return absl::InternalError(absl::StrFormat(
+                "block 0x%x of a no_split pool is not whole pages of its own",
+                b->addr));
           }
           if (b->state == BlockState::kFree) {
             ++free_blocks;

@@ -64,6 +64,9 @@ struct Pool {
   // free memory is handed to no one else until the pool is released:
   // graphs replay into it. The one place this rule is written.
   bool LendsChunks() const { return mempool == 0; }
+  // MemPool(no_split=True): each block is a growth of its own, whole pages,
+  // never split, never joined, and reused whole (DeviceAllocator::FindFree).
+  bool no_split = false;
   FreeIndex free;
 };
 
@@ -126,6 +129,12 @@ class DeviceAllocator {
   // block of pool `id` on the request's stream serves it, and goes back to
   // the pool when freed. NotFound for an unknown pool.
   absl::Status SetPoolUseOnOom(MempoolId id, bool use);
+  // torch.cuda.MemPool(no_split=True), set before the pool's first
+  // allocation: each of its allocations is a segment of its own with one
+  // block, whole pages (of another allocator's pool: the request rounded
+  // up to 2 MiB), never split; a freed block serves only a request that
+  // would have made one of its size. NotFound for an unknown pool.
+  absl::Status SetPoolNoSplit(MempoolId id);
 
   // --- Pools another allocator serves (device_allocator_external.cc) ---
   // torch.cuda.MemPool(allocator=...): takes a reference on pool `id`
@@ -191,6 +200,11 @@ class DeviceAllocator {
 
  private:
   Pool* GetPool(StreamHandle stream, bool small, uint32_t mempool = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free block of `pool` that serves `size` (removed from nothing):
+  // the index's best fit; in a no_split pool the smallest of at most the
+  // pages `size` would map. Null when none does.
+  Block* FindFree(Pool* pool, size_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records events on `streams` for freed block `b` (pending until they
   // complete), or waits for every stream if that fails. Releases mu_.

@@ -72,9 +72,8 @@ absl::StatusOr<DevicePtr> DeviceAllocator::MallocExternal(uint32_t tag,
     BookExternalBlock(tag, *t, size, stream);
     return t->addr;
   }
-  const size_t block = ExternalBlockBytes(size);
-  const bool small = ExternalIsSmall(block);
-  const size_t seg = ExternalSegmentBytes(block);
+  const bool small = ExternalIsSmall(ExternalBlockBytes(size));
+  const size_t seg = e->books.SegmentBytes(size);
   if (!ExternalLeavesRoom(seg)) {
     // As PyTorch does before it fails: what is cached, gmlake's free chunks
     // (not while a capture forbids the waits) and this pool's own free

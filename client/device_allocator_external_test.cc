@@ -190,6 +190,29 @@ TEST_F(ExternalPoolAllocatorTest, BlocksOfAReleasedPoolGoBackWhenFreed) {
   EXPECT_TRUE(absl::IsNotFound(alloc_->Free(*a)));  // twice
 }
 
+// MemPool(allocator, no_split=True): each tensor a segment of the other
+// allocator's, of its size rounded to 2 MiB (what NCCL registers as a
+// window), not one 20 MiB segment split between them.
+TEST_F(ExternalPoolAllocatorTest, NoSplitAsksASegmentPerTensor) {
+  const MempoolId id{0, 8};
+  ASSERT_TRUE(alloc_->CreateOrIncrefExternalPool(id, memory_).ok());
+  ASSERT_TRUE(alloc_->SetPoolNoSplit(id).ok());
+  absl::StatusOr<DevicePtr> a = MallocIn(id, 4 * kMiB);
+  absl::StatusOr<DevicePtr> b = MallocIn(id, 4 * kMiB);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_EQ(memory_->allocs, 2);
+  EXPECT_EQ(SegmentsOf(id), 2u);
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), 8 * kMiB);
+  ASSERT_TRUE(alloc_->Free(*b).ok());
+  absl::StatusOr<DevicePtr> c = MallocIn(id, 3 * kMiB + 4096);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, *b);  // the freed segment, whole
+  EXPECT_EQ(memory_->allocs, 2);
+  for (DevicePtr p : {*a, *c}) ASSERT_TRUE(alloc_->Free(p).ok());
+  EXPECT_EQ(alloc_->ReleasePool(id), 8 * kMiB);
+  EXPECT_EQ(memory_->frees, 2);
+}
+
 TEST_F(ExternalPoolAllocatorTest, AllocatorWithoutMemorySaysWhose) {
   const MempoolId id{0, 4};
   ASSERT_TRUE(alloc_->CreateOrIncrefExternalPool(id, memory_).ok());

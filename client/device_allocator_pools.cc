@@ -239,6 +239,26 @@ absl::Status DeviceAllocator::SetPoolUseOnOom(MempoolId id, bool use) {
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllocator::SetPoolNoSplit(MempoolId id) {
+  MutexLock lock(&mu_);
+  const std::optional<uint32_t> tag = mempools_.TagOf(id);
+  if (!tag.has_value()) {
+    return absl::NotFoundError(
+        absl::StrFormat("pool (%d, %d) of device %d is not live", id.first,
+                        id.second, device_));
+  }
+  if (External* e = ExternalFor(*tag)) {
+    e->books.SetNoSplit();
+    return absl::OkStatus();
+  }
+  mempools_.SetNoSplit(id);
+  for (auto& p : pools_) {
+    if (p->mempool == *tag) p->no_split = true;
+  }
+  last_pool_[0] = last_pool_[1] = nullptr;
+  return absl::OkStatus();
+}
+
 std::optional<DevicePtr> DeviceAllocator::BorrowFromUseOnOomPools(
     size_t rounded, size_t requested, StreamHandle stream) {
   const bool small = rounded <= options_.small_size;
@@ -256,7 +276,7 @@ std::optional<DevicePtr> DeviceAllocator::BorrowFromUseOnOomPools(
       if (p->mempool != tag || p->stream != stream || p->small != small) {
         continue;
       }
-      if (Block* b = p->free.Find(rounded)) {
+      if (Block* b = FindFree(p.get(), rounded)) {
         p->free.Remove(b);
         Allocate(b, rounded, requested);
         return b->addr;

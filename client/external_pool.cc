@@ -48,13 +48,20 @@ ExternalPool::Segment* ExternalPool::SegmentOf(DevicePtr addr) {
   return &it->second;
 }
 
+size_t ExternalPool::SegmentBytes(size_t requested) const {
+  const size_t block = ExternalBlockBytes(requested);
+  return no_split_ ? RoundUpTo(block, kRoundLarge)
+                   : ExternalSegmentBytes(block);
+}
+
 std::optional<ExternalPool::Taken> ExternalPool::TakeFree(size_t requested,
                                                           StreamHandle stream) {
   const size_t size = ExternalBlockBytes(requested);
   const bool small = ExternalIsSmall(size);
   auto it = free_.lower_bound({stream, small, size, 0});
   if (it == free_.end() || std::get<0>(*it) != stream ||
-      std::get<1>(*it) != small) {
+      std::get<1>(*it) != small ||
+      (no_split_ && std::get<2>(*it) > SegmentBytes(requested))) {
     return std::nullopt;
   }
   const DevicePtr addr = std::get<3>(*it);
@@ -62,7 +69,7 @@ std::optional<ExternalPool::Taken> ExternalPool::TakeFree(size_t requested,
   free_.erase(it);
   Segment* seg = SegmentOf(addr);
   Block& b = seg->blocks[addr];
-  if (ExternalSplits(have, size, small)) {
+  if (!no_split_ && ExternalSplits(have, size, small)) {
     seg->blocks[addr + size] = Block{have - size, 0, false};
     free_.insert({stream, small, have - size, addr + size});
     b.size = size;

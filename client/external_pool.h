@@ -89,8 +89,19 @@ class ExternalPool {
     bool small = false;
   };
 
+  // MemPool(no_split=True): from now on each segment is one block, sized
+  // the request rounded up to 2 MiB, never split.
+  void SetNoSplit() { no_split_ = true; }
+  bool no_split() const { return no_split_; }
+  // The segment a request of `requested` bytes that finds no free block
+  // asks the other allocator for: ExternalSegmentBytes, or for a no_split
+  // pool the request rounded up to 2 MiB.
+  size_t SegmentBytes(size_t requested) const;
+
   // The best fitting free block of `stream` and of the request's kind
-  // (small or large), split as PyTorch splits; nullopt when none fits.
+  // (small or large), split as PyTorch splits; nullopt when none fits. In
+  // a no_split pool: a free block no larger than SegmentBytes(requested),
+  // whole.
   std::optional<Taken> TakeFree(size_t requested, StreamHandle stream);
   // Books a new segment from the other allocator, all of it free, for
   // requests of one kind (`small`: ExternalIsSmall of their blocks; sized
@@ -118,6 +129,7 @@ class ExternalPool {
   std::set<FreeKey> free_;
   size_t live_ = 0;
   uint64_t reserved_ = 0;
+  bool no_split_ = false;
 };
 
 }  // namespace gmlake

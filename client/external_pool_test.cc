@@ -97,5 +97,43 @@ TEST(ExternalPoolTest, FreeOfWhatIsNotLiveSaysSo) {
   EXPECT_TRUE(absl::IsNotFound(pool.Free(a->addr).status()));  // twice
 }
 
+// MemPool(allocator=..., no_split=True), as NCCL's window registration
+// wants it: each block a segment of its own, the request rounded up to
+// 2 MiB, never split; a free one serves whole a request that would have
+// made a segment of its size.
+TEST(ExternalPoolTest, NoSplitGivesEachBlockASegmentOfItsOwn) {
+  ExternalPool pool;
+  EXPECT_EQ(pool.SegmentBytes(4 * kMiB), 20 * kMiB);  // PyTorch's sizes
+  pool.SetNoSplit();
+  EXPECT_TRUE(pool.no_split());
+  EXPECT_EQ(pool.SegmentBytes(4 * kMiB), 4 * kMiB);
+  EXPECT_EQ(pool.SegmentBytes(1024), 2 * kMiB);
+  EXPECT_EQ(pool.SegmentBytes(5 * kMiB + 1), 6 * kMiB);
+  const DevicePtr base = 0x400000000;
+  pool.AddSegment(base, pool.SegmentBytes(kMiB), 7, true);
+  auto a = pool.TakeFree(kMiB, 7);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->size, 2 * kMiB);                      // the whole segment
+  EXPECT_FALSE(pool.TakeFree(1024, 7).has_value());  // nothing split off
+  pool.AddSegment(base + 8 * kMiB, pool.SegmentBytes(3 * kMiB), 7, false);
+  auto b = pool.TakeFree(3 * kMiB, 7);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->size, 4 * kMiB);
+  ASSERT_TRUE(pool.Free(b->addr).ok());
+  // A request of 2 MiB would not have made a 4 MiB segment: not served.
+  EXPECT_FALSE(pool.TakeFree(2 * kMiB, 7).has_value());
+  auto c = pool.TakeFree(4 * kMiB - 4096, 7);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->addr, b->addr);
+  EXPECT_EQ(c->size, 4 * kMiB);
+  for (const auto& [addr, seg] : pool.segments()) {
+    EXPECT_EQ(seg.blocks.size(), 1u) << addr;
+  }
+  ASSERT_TRUE(pool.Free(a->addr).ok());
+  ASSERT_TRUE(pool.Free(c->addr).ok());
+  EXPECT_EQ(pool.TakeFreeSegments().size(), 2u);
+  EXPECT_TRUE(pool.empty());
+}
+
 }  // namespace
 }  // namespace gmlake

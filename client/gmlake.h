@@ -240,6 +240,12 @@ int gmlake_pool_use_count(int device, uint64_t id0, uint64_t id1);
  * stream serve it. -1 for an unknown pool. */
 int gmlake_pool_set_use_on_oom(int device, uint64_t id0, uint64_t id1,
                                int use_on_oom);
+/* torch.cuda.MemPool(no_split=True), before the pool's first allocation:
+ * each allocation of it is a segment of its own with one block (whole
+ * pages; of another allocator's pool, the request rounded up to 2 MiB),
+ * never split; a freed one serves whole a request that would have made one
+ * of its size. -1 for an unknown pool. */
+int gmlake_pool_set_no_split(int device, uint64_t id0, uint64_t id1);
 /* torch.cuda.MemPool(allocator=...): a pool (made with one reference, or
  * one more) whose memory another allocator gives: `alloc` returns a
  * segment of `size` bytes for `stream` (NULL when it has none), `free`

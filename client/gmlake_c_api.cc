@@ -452,6 +452,13 @@ int gmlake_pool_set_use_on_oom(int device, uint64_t id0, uint64_t id1,
   return s.ok() ? 0 : Fail(s);
 }
 
+int gmlake_pool_set_no_split(int device, uint64_t id0, uint64_t id1) {
+  gmlake::DeviceAllocator* d = PoolDevice(device);
+  if (d == nullptr) return -1;
+  absl::Status s = d->SetPoolNoSplit({id0, id1});
+  return s.ok() ? 0 : Fail(s);
+}
+
 namespace {
 // The C callbacks of gmlake_pool_create_external as ExternalMemory.
 class CallbackMemory : public gmlake::ExternalMemory {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -134,7 +135,9 @@ TEST_F(GraphPoolTest, EachGrowthOfAPrivatePoolIsASegmentOfItsOwn) {
     DevicePtr c = Malloc(20 * kMiB, kCapture);
     EXPECT_EQ(pool_segments(), 3) << "round " << round;
     for (DevicePtr p : {a, b, c, x}) {
-      if (p != 0) ASSERT_TRUE(alloc_->Free(p).ok());
+      if (p != 0) {
+        ASSERT_TRUE(alloc_->Free(p).ok());
+      }
     }
   }
   // Free blocks of the pool still join a growth beside them: a request
@@ -149,6 +152,54 @@ TEST_F(GraphPoolTest, EachGrowthOfAPrivatePoolIsASegmentOfItsOwn) {
   alloc_->ReleasePool(id);
   alloc_->EmptyCache();
   EXPECT_EQ(pool_segments(), 0);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+}
+
+// torch.cuda.MemPool(no_split=True) (PyTorch's test_mempool_no_split):
+// each allocation is a segment of its own with one block, whole pages,
+// never split and never joined; a freed one serves whole a request of its
+// page count, and only such a request.
+TEST_F(GraphPoolTest, ANoSplitPoolGivesEachAllocationASegmentOfItsOwn) {
+  const MempoolId id{0, 7};
+  alloc_->CreateOrIncrefPool(id);
+  ASSERT_TRUE(alloc_->SetPoolNoSplit(id).ok());
+  EXPECT_TRUE(absl::IsNotFound(alloc_->SetPoolNoSplit({0, 99})));
+  alloc_->BeginAllocateToPool(id, [](StreamHandle s) { return s == kOther; });
+  const DevicePtr a = Malloc(4 * kMiB, kOther);
+  const DevicePtr b = Malloc(4 * kMiB, kOther);
+  const DevicePtr c = Malloc(1024, kOther);
+  const DevicePtr d = Malloc(3 * kMiB, kOther);
+  auto pool_segments = [&] {
+    std::map<DevicePtr, size_t> out;  // address -> its one block's size
+    for (const auto& s : alloc_->Segments()) {
+      if (s.pool != id) continue;
+      EXPECT_EQ(s.blocks.size(), 1u) << s.addr;
+      EXPECT_EQ(s.blocks[0].addr, s.addr);
+      EXPECT_EQ(s.blocks[0].size, s.total);
+      out[s.addr] = s.total;
+    }
+    return out;
+  };
+  EXPECT_EQ(pool_segments(),
+            (std::map<DevicePtr, size_t>{
+                {a, 4 * kMiB}, {b, 4 * kMiB}, {c, 2 * kMiB}, {d, 4 * kMiB}}));
+  EXPECT_EQ(alloc_->PoolReservedBytes(id), 14 * kMiB);
+  ASSERT_TRUE(alloc_->Free(b).ok());
+  EXPECT_EQ(Malloc(4 * kMiB - 4096, kOther), b);  // whole, again
+  ASSERT_TRUE(alloc_->Free(c).ok());
+  const DevicePtr e = Malloc(3 * kMiB, kOther);  // 2 MiB cannot serve it
+  EXPECT_NE(e, c);
+  EXPECT_EQ(Malloc(512, kOther), c);
+  ASSERT_TRUE(alloc_->Free(a).ok());
+  const DevicePtr f = Malloc(kMiB, kOther);  // 4 MiB is more than its page
+  EXPECT_NE(f, a);
+  EXPECT_EQ(pool_segments().size(), 6u);
+  EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
+  for (DevicePtr p : {b, c, d, e, f}) ASSERT_TRUE(alloc_->Free(p).ok());
+  alloc_->EndAllocateToPool(id);
+  alloc_->ReleasePool(id);
+  alloc_->EmptyCache();
+  EXPECT_TRUE(pool_segments().empty());
   EXPECT_TRUE(alloc_->CheckInvariants().ok()) << alloc_->CheckInvariants();
 }
 

@@ -19,6 +19,9 @@ std::optional<uint32_t> MemoryPools::Release(MempoolId id) {
   if (--it->second.refs > 0) return std::nullopt;
   const uint32_t tag = it->second.tag;
   pools_.erase(it);
+  no_split_tags_.erase(
+      std::remove(no_split_tags_.begin(), no_split_tags_.end(), tag),
+      no_split_tags_.end());
   // A route into a retired pool would hand its tag out again.
   routes_.erase(std::remove_if(routes_.begin(), routes_.end(),
                                [&](const Route_& r) { return r.tag == tag; }),
@@ -76,6 +79,18 @@ std::vector<uint32_t> MemoryPools::UseOnOomTags() const {
   }
   std::sort(tags.begin(), tags.end());  // tags grow: oldest first
   return tags;
+}
+
+bool MemoryPools::SetNoSplit(MempoolId id) {
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return false;
+  if (!NoSplit(it->second.tag)) no_split_tags_.push_back(it->second.tag);
+  return true;
+}
+
+bool MemoryPools::NoSplit(uint32_t tag) const {
+  return std::find(no_split_tags_.begin(), no_split_tags_.end(), tag) !=
+         no_split_tags_.end();
 }
 
 int MemoryPools::use_count(MempoolId id) const {

@@ -19,6 +19,9 @@
 //   SetUseOnOom     MemPool(use_on_oom=True): when default memory has
 //                   nothing left for a request, the pool's free blocks may
 //                   serve it (PyTorch's last resort before out of memory).
+//   SetNoSplit      MemPool(no_split=True): each allocation of the pool is
+//                   a segment of its own, never split (NCCL registers
+//                   windows per segment).
 
 #ifndef GMLAKE_CLIENT_MEMORY_POOL_H_
 #define GMLAKE_CLIENT_MEMORY_POOL_H_
@@ -72,6 +75,11 @@ class MemoryPools {
   bool SetUseOnOom(MempoolId id, bool use);
   // The tags of the live pools so marked, oldest first.
   std::vector<uint32_t> UseOnOomTags() const;
+  // Marks a live pool as splitting no block. False for an unknown pool.
+  bool SetNoSplit(MempoolId id);
+  // Whether the live pool with `tag` is so marked (false for 0 and for a
+  // retired pool).
+  bool NoSplit(uint32_t tag) const;
 
  private:
   struct Entry {
@@ -86,6 +94,9 @@ class MemoryPools {
   };
   std::map<MempoolId, Entry> pools_;
   std::vector<Route_> routes_;
+  // The tags of live no_split pools: looked up on each malloc routed to a
+  // pool, few.
+  std::vector<uint32_t> no_split_tags_;
   uint32_t next_tag_ = 1;
 };
 

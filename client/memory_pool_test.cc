@@ -68,5 +68,20 @@ TEST(MemoryPoolsTest, UseOnOomMarksOnlyLivePoolsOldestFirst) {
   EXPECT_TRUE(pools.UseOnOomTags().empty());
 }
 
+// torch.cuda.MemPool(no_split=True): marked on a live pool, forgotten with
+// it.
+TEST(MemoryPoolsTest, NoSplitMarksOnlyLivePools) {
+  MemoryPools pools;
+  EXPECT_FALSE(pools.SetNoSplit({0, 1}));  // unknown
+  const uint32_t a = pools.CreateOrIncref({0, 1});
+  const uint32_t b = pools.CreateOrIncref({0, 2});
+  EXPECT_TRUE(pools.SetNoSplit({0, 2}));
+  EXPECT_FALSE(pools.NoSplit(a));
+  EXPECT_TRUE(pools.NoSplit(b));
+  EXPECT_FALSE(pools.NoSplit(0));  // default memory
+  pools.Release({0, 2});
+  EXPECT_FALSE(pools.NoSplit(b));
+}
+
 }  // namespace
 }  // namespace gmlake

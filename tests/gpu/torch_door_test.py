@@ -31,6 +31,10 @@ natively and under GMLake (issue 18), each test in its own process.
                            CUDA tensor the parent shared; the parent sees it
   compile_reduce_overhead  torch.compile(mode="reduce-overhead") of a small
                            MLP training step, against eager
+  mempool_no_split         MemPool(no_split=True), of GMLake's memory and of
+                           another allocator's (cuMemAlloc): two 1 MiB
+                           tensors are two segments of one block each, one
+                           segment in a pool that splits
   nccl_register_hooks      NCCL user buffer registration: a 1-rank NCCL
                            group, a MemPool of another allocator (cuMemAlloc,
                            built here: this torch's NCCL has no ncclMemAlloc)
@@ -544,9 +548,38 @@ def nccl_register_hooks(torch):
         dist.destroy_process_group()
 
 
+
+def mempool_no_split(torch):
+    # MemPool(no_split=True), of gmlake's memory and of another allocator's:
+    # each tensor a segment with one block; two 1 MiB tensors share one
+    # segment in a pool that splits.
+    probe = _tracker_probe(torch)
+    other = torch.cuda.memory.CUDAPluggableAllocator(probe.path, "probe_alloc", "probe_free")
+    seen = {}
+    for kind, allocator in (("own", None), ("other", other.allocator())):
+        split = torch.cuda.MemPool(allocator) if allocator else torch.cuda.MemPool()
+        whole = (torch.cuda.MemPool(allocator, no_split=True) if allocator
+                 else torch.cuda.MemPool(no_split=True))
+        tensors = []
+        for pool in (split, whole):
+            with torch.cuda.use_mem_pool(pool):
+                tensors += [torch.ones(MiB // 4, device="cuda") for _ in range(2)]
+        segs_split, segs_whole = split.snapshot(), whole.snapshot()
+        assert len(segs_split) == 1, "%s: the splitting pool has %d segments for two 1 MiB tensors" % (
+            kind, len(segs_split))
+        assert len(segs_whole) == 2, "%s: the no_split pool has %d segments for two tensors" % (
+            kind, len(segs_whole))
+        for seg in segs_whole:
+            assert len(seg["blocks"]) == 1, "%s: a no_split segment has %d blocks" % (kind, len(seg["blocks"]))
+        assert all(t.sum().item() == MiB // 4 for t in tensors)
+        seen[kind] = [seg["total_size"] for seg in segs_whole]
+        del tensors, split, whole
+    torch.cuda.empty_cache()
+    return seen
+
 TESTS = [graph_capture_simple, graph_training_sgd, graph_optims, make_graphed_callables, graph_side_stream,
          mempool, memory_stats, oom_observer, profiler_memory, cudnn_conv, ipc_share, compile_reduce_overhead,
-         nccl_register_hooks]
+         nccl_register_hooks, mempool_no_split]
 
 
 def _run_one(name):
@@ -643,7 +676,6 @@ def main(argv):
             continue
         r = _spawn(f.__name__, label)
         results[f.__name__] = r
-        r.pop("detail", None) if r["pass"] else None
         print(json.dumps(r), flush=True)
     print("\n".join(_table([(label, results)])))
     return 0 if all(r["pass"] for r in results.values()) else 1

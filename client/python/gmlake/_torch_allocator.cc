@@ -70,6 +70,7 @@ struct Api {
   decltype(&gmlake_pool_malloc_at) pool_malloc_at = nullptr;
   decltype(&gmlake_pool_create_external) pool_create_external = nullptr;
   decltype(&gmlake_pool_set_use_on_oom) pool_set_use_on_oom = nullptr;
+  decltype(&gmlake_pool_set_no_split) pool_set_no_split = nullptr;
   decltype(&gmlake_record_history) record_history = nullptr;
   decltype(&gmlake_snapshot_visit) snapshot_visit = nullptr;
   decltype(&gmlake_set_stack_gatherer) set_stack_gatherer = nullptr;
@@ -661,12 +662,9 @@ class GMLakeAllocator final : public cca::CUDAAllocator {
                                          use_on_oom ? 1 : 0) == 0,
                 "gmlake: setUseOnOOM: ", api_.last_error());
   }
-  void setNoSplit(c10::DeviceIndex /*device*/,
-                  c10::MempoolId_t /*id*/) override {
-    TORCH_CHECK(false,
-                "gmlake: torch.cuda.MemPool(no_split=True) is not supported: "
-                "gmlake splits and stitches blocks of every pool "
-                "(docs/design.md, \"The native PyTorch door\")");
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    TORCH_CHECK(api_.pool_set_no_split(device, id.first, id.second) == 0,
+                "gmlake: setNoSplit: ", api_.last_error());
   }
   bool checkPoolLiveAllocations(
       c10::DeviceIndex device, c10::MempoolId_t id,
@@ -1066,6 +1064,7 @@ int gmlake_torch_door_install(const char* libgmlake_path, char* err,
   Bind(lib, "gmlake_pool_malloc_at", &api.pool_malloc_at, &missing);
   Bind(lib, "gmlake_pool_create_external", &api.pool_create_external, &missing);
   Bind(lib, "gmlake_pool_set_use_on_oom", &api.pool_set_use_on_oom, &missing);
+  Bind(lib, "gmlake_pool_set_no_split", &api.pool_set_no_split, &missing);
   Bind(lib, "gmlake_record_history", &api.record_history, &missing);
   Bind(lib, "gmlake_snapshot_visit", &api.snapshot_visit, &missing);
   Bind(lib, "gmlake_set_stack_gatherer", &api.set_stack_gatherer, &missing);
