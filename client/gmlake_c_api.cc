@@ -267,6 +267,8 @@ int gmlake_free(void* ptr) {
   return s.ok() ? 0 : Fail(s);
 }
 
+// C++ inside the extern "C" block: its functions return C++ types.
+extern "C++" {
 namespace {
 // Memory other processes shared, mapped here (gmlake_ipc_open).
 struct Imports {
@@ -278,6 +280,7 @@ Imports& GetImports() {
   return *imports;
 }
 }  // namespace
+}  // extern "C++"
 
 int gmlake_ipc_share(void* ptr, char* handle, size_t* len) {
   gmlake::Allocator* a = Get();

@@ -82,7 +82,9 @@ TEST_P(TraceTargetsTest, MeetsTheTargets) {
     EXPECT_EQ(r->stats.host_waits, 0) << c.name;
   }
   // 5. No more driver calls than before the chunk policy of issue 19.
-  if (c.max_calls != 0) EXPECT_LE(calls, c.max_calls) << c.name;
+  if (c.max_calls != 0) {
+    EXPECT_LE(calls, c.max_calls) << c.name;
+  }
   // 6. LoRA training repeats its shapes: most of its slow paths that need
   //    a stitched shape take it back where it was mapped before, with no
   //    call. (Covers, mostly one chunk for a small-pool page, count as

@@ -71,7 +71,8 @@ const char* const kTraces[] = {"llama1b_lora_ckpt", "llama1b_infer",
 double ChaosSeconds() {
   const char* s = std::getenv("GMLAKE_CHAOS_SECONDS");
   double v = 45;
-  if (s != nullptr) absl::SimpleAtod(s, &v);
+  // Unset or no number: the default.
+  if (s == nullptr || !absl::SimpleAtod(s, &v)) v = 45;
   return std::max(10.0, v);
 }
 

@@ -120,7 +120,8 @@ absl::StatusOr<std::string> Serve(DaemonChunkSource* src,
                                   const std::vector<std::string>& w) {
   auto arg = [&](size_t i) -> int64_t {
     int64_t v = -1;
-    if (i < w.size()) absl::SimpleAtoi(w[i], &v);
+    // A word that is no number reads as -1, which every command refuses.
+    if (i >= w.size() || !absl::SimpleAtoi(w[i], &v)) return int64_t{-1};
     return v;
   };
   const std::string& cmd = w[0];

@@ -163,7 +163,8 @@ class RawClient {
   absl::StatusOr<std::string> Serve(const std::vector<std::string>& w) {
     auto arg = [&](size_t i) -> uint64_t {
       uint64_t v = 0;
-      if (i < w.size()) absl::SimpleAtoi(w[i], &v);
+      // A word that is no number reads as 0.
+      if (i >= w.size() || !absl::SimpleAtoi(w[i], &v)) return uint64_t{0};
       return v;
     };
     const std::string& cmd = w[0];
