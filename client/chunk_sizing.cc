@@ -33,6 +33,20 @@ std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing) {
   return runs;
 }
 
+ChunkSizing ForHeld(const ChunkSizing& sizing, uint64_t held) {
+  ChunkSizing out = sizing;
+  if (sizing.held_divisor == 0 || sizing.held_max == 0) return out;
+  uint64_t bound = std::min(held / sizing.held_divisor, sizing.held_max);
+  if (sizing.large_chunk != 0) bound = std::min(bound, sizing.large_chunk);
+  uint64_t base = std::max(sizing.base, sizing.unit);
+  if (base == 0) return out;
+  if (base > bound / 2) return out;  // not doubled: as given
+  // Halved, not doubled, in the test: no overflow.
+  while (base <= bound / 2) base *= 2;
+  out.base = base;
+  return out;
+}
+
 uint64_t LeaseAheadBytes(const LeaseAhead& ahead, uint64_t unit,
                          uint64_t missing, uint64_t streak_bytes,
                          uint64_t held_bytes, uint64_t room_bytes) {

@@ -84,6 +84,42 @@ TEST(ChunkSizingTest, EverySizeIsAUnitMultipleAndTheyAddUp) {
   EXPECT_EQ(sum, huge);
 }
 
+// A process that holds much grows in coarser chunks: the base doubles
+// while it stays within 1/held_divisor of what is held and within held_max.
+TEST(ChunkSizingTest, ForHeldCoarsensTheBaseWithWhatIsHeld) {
+  ChunkSizing s = Sizing();
+  s.held_divisor = 2048;
+  s.held_max = 16 * kMiB;
+  EXPECT_EQ(ForHeld(s, 0).base, 4 * kMiB);
+  EXPECT_EQ(ForHeld(s, 16 * kGiB - 2 * kMiB).base, 4 * kMiB);
+  EXPECT_EQ(ForHeld(s, 16 * kGiB).base, 8 * kMiB);     // 16 GiB / 2048
+  EXPECT_EQ(ForHeld(s, 32 * kGiB).base, 16 * kMiB);    // 32 GiB / 2048
+  EXPECT_EQ(ForHeld(s, 1024 * kGiB).base, 16 * kMiB);  // held_max
+  // The rest of the sizing is kept, and so PlanChunks cuts as before with
+  // the coarser base: 100 MiB held at 32 GiB is 6 x 16 MiB and 4 MiB.
+  EXPECT_EQ(ForHeld(s, 32 * kGiB).min_split, s.min_split);
+  EXPECT_THAT(PlanChunks(100 * kMiB, ForHeld(s, 32 * kGiB)),
+              ElementsAre(ChunkRun{16 * kMiB, 6}, ChunkRun{4 * kMiB, 1}));
+  // Off, or never past large_chunk, or below the base it was given.
+  ChunkSizing off = s;
+  off.held_divisor = 0;
+  EXPECT_EQ(ForHeld(off, 1024 * kGiB).base, 4 * kMiB);
+  off = s;
+  off.held_max = 0;
+  EXPECT_EQ(ForHeld(off, 1024 * kGiB).base, 4 * kMiB);
+  ChunkSizing capped = s;
+  capped.large_chunk = 8 * kMiB;
+  EXPECT_EQ(ForHeld(capped, 1024 * kGiB).base, 8 * kMiB);
+  ChunkSizing big = s;
+  big.base = 32 * kMiB;
+  EXPECT_EQ(ForHeld(big, 1024 * kGiB).base, 32 * kMiB);
+  // Whole units: a base of 0 starts from the unit.
+  ChunkSizing unit = s;
+  unit.base = 0;
+  EXPECT_EQ(ForHeld(unit, 8 * kGiB).base, 4 * kMiB);
+  EXPECT_EQ(ForHeld(unit, 0).base, 0u);
+}
+
 struct Kept {
   int name = 0;
   uint64_t size = 0;

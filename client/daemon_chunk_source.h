@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/chunk_sizing.h"
 #include "client/chunk_source.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
@@ -93,6 +94,12 @@ struct DaemonSourceOptions {
   // (client/chunk_sizing.h; base_chunk for the rest). 0: never larger than
   // base_chunk.
   uint64_t large_chunk = 0;
+  // A process that holds much leases in coarser chunks: base_chunk
+  // doubled while within 1/held_chunk_divisor of what it holds on the
+  // device and within held_chunk_max, as the embedded lake creates them
+  // (client/chunk_sizing.h, ForHeld). 0: off.
+  uint64_t held_chunk_divisor = 0;
+  uint64_t held_chunk_max = 0;
   // Leasing ahead of need (client/chunk_sizing.h, LeaseAhead): a process
   // growing in many small shortfalls leases the next ones with this one,
   // in steps that double with the growth, up to the larger of
@@ -415,9 +422,10 @@ class DaemonChunkSource : public ChunkSource {
   size_t AheadChunksLocked(const DeviceState& d, uint64_t missing,
                            uint64_t bytes, uint64_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The chunks AcquireBytes leases for a shortfall on a device of `unit`:
-  // options_.base_chunk in whole units, at least one.
-  uint64_t BaseChunk(uint64_t unit) const;
+  // How AcquireBytes cuts a shortfall on device `d`: options_.base_chunk
+  // in whole units (at least one), coarser for what `d` holds (ForHeld).
+  ChunkSizing SizingLocked(const DeviceState& d) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives back what was leased ahead and not taken since the last look
   // (growth paused), on every device; the reporter thread calls it.
   void TrimAheadAfterPause();

@@ -79,6 +79,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
   uint64_t missing = 0;
   uint64_t unit = 0;
   uint64_t idle_epoch = 0;
+  ChunkSizing sizing;
   {
     MutexLock l(&mu_);
     if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
@@ -106,11 +107,10 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
     }
     // A refill on its way that covers this: wait for it rather than lease.
     if (WaitForRefillLocked(device, bytes)) background_waits_.fetch_add(1);
+    sizing = SizingLocked(d);
     const uint64_t have =
         take == IdleTake::kPlanned
-            ? TakePlannedChunks(&d.idle, bytes,
-                                {unit, BaseChunk(unit), options_.large_chunk},
-                                &got)
+            ? TakePlannedChunks(&d.idle, bytes, sizing, &got)
             : TakeKeptChunks(&d.idle, bytes, take == IdleTake::kUnit ? unit : 0,
                              &got);
     d.idle_bytes -= have;
@@ -124,10 +124,10 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
   }
   const size_t from_idle = got.size();
   // The rest in runs of one size each: one lease per run.
-  const uint64_t base = BaseChunk(unit);
+  const uint64_t base = sizing.base;
   std::vector<ChunkRun> runs;
   if (any_size) {
-    runs = PlanChunks(missing, {unit, base, options_.large_chunk});
+    runs = PlanChunks(missing, sizing);
   } else if (missing > 0) {
     runs.push_back({unit, missing / unit});
   }
@@ -205,9 +205,15 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
   return s;
 }
 
-uint64_t DaemonChunkSource::BaseChunk(uint64_t unit) const {
-  if (unit == 0) return 0;
-  return std::max<uint64_t>(options_.base_chunk / unit, 1) * unit;
+ChunkSizing DaemonChunkSource::SizingLocked(const DeviceState& d) const {
+  ChunkSizing s;
+  s.unit = d.chunk_size;
+  if (s.unit == 0) return s;
+  s.base = std::max<uint64_t>(options_.base_chunk / s.unit, 1) * s.unit;
+  s.large_chunk = options_.large_chunk;
+  s.held_divisor = options_.held_chunk_divisor;
+  s.held_max = options_.held_chunk_max;
+  return ForHeld(s, d.held_bytes);
 }
 
 size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,

@@ -13,9 +13,15 @@ namespace gmlake {
 
 EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
                            uint64_t max_chunk, uint64_t large_chunk)
+    : EmbeddedLake(backend, chunk_size,
+                   ChunkSizing{0, max_chunk, large_chunk}) {}
+
+EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
+                           const ChunkSizing& growth)
     : backend_(backend),
       chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
-      sizing_{chunk_size_, max_chunk, large_chunk} {
+      sizing_(growth) {
+  sizing_.unit = chunk_size_;
   MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
@@ -23,7 +29,12 @@ EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
 EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
                            size_t chunk_size, uint64_t max_chunk,
                            uint64_t large_chunk)
-    : EmbeddedLake(backend.get(), chunk_size, max_chunk, large_chunk) {
+    : EmbeddedLake(std::move(backend), chunk_size,
+                   ChunkSizing{0, max_chunk, large_chunk}) {}
+
+EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
+                           size_t chunk_size, const ChunkSizing& growth)
+    : EmbeddedLake(backend.get(), chunk_size, growth) {
   owned_backend_ = std::move(backend);
 }
 
@@ -69,7 +80,8 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
   }
   std::vector<SizedChunk> out;
   const uint64_t have = TakeKeptChunks(&books.idle, bytes, 0, &out);
-  for (const ChunkRun& run : PlanChunks(bytes - have, sizing_)) {
+  for (const ChunkRun& run :
+       PlanChunks(bytes - have, ForHeld(sizing_, books.held))) {
     for (uint64_t i = 0; i < run.count; ++i) {
       absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, run.size);
       if (!h.ok() && absl::IsResourceExhausted(h.status()) &&

@@ -28,9 +28,16 @@ class EmbeddedLake : public ChunkSource {
   // to `large_chunk` (0: never larger than max_chunk).
   EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0,
                uint64_t large_chunk = 0);
+  // The same with the whole of `growth` (its base is max_chunk; its unit
+  // is set from `chunk_size`), for the larger chunks of a process that
+  // holds much (ForHeld).
+  EmbeddedLake(VmmBackend* backend, size_t chunk_size,
+               const ChunkSizing& growth);
   // Owns `backend`.
   EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
                uint64_t max_chunk = 0, uint64_t large_chunk = 0);
+  EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
+               const ChunkSizing& growth);
   ~EmbeddedLake() override;
 
   absl::string_view name() const override { return "embedded"; }
@@ -38,7 +45,7 @@ class EmbeddedLake : public ChunkSource {
   VmmBackend* backend() override { return backend_; }
   size_t chunk_size(int device) const override { return chunk_size_; }
   // Kept chunks that fit first (largest first), then new chunks for the
-  // shortfall, cut by PlanChunks.
+  // shortfall, cut by PlanChunks for what the device holds (ForHeld).
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;

@@ -62,6 +62,46 @@ TEST_F(EmbeddedLakeTest, MakesChunksOfAtMostMaxChunkForTheWholeRequest) {
   EXPECT_EQ(host_->used_bytes(0), 20 * kChunk);  // kept, not released
 }
 
+// A lake whose device holds much grows it in coarser chunks (ForHeld):
+// 16 x 2 MiB held at a divisor of 8 lets 4 MiB chunks serve the next
+// request, and so on up to held_chunk_max.
+TEST_F(EmbeddedLakeTest, ADeviceHoldingMuchGrowsInCoarserChunks) {
+  HostBackend::Options o;
+  o.capacity_bytes = 128 * kChunk;
+  absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ChunkSizing growth;
+  growth.base = kChunk;
+  growth.held_divisor = 8;
+  growth.held_max = 4 * kChunk;
+  EmbeddedLake lake(b->get(), 0, growth);
+  absl::StatusOr<std::vector<SizedChunk>> first =
+      lake.AcquireBytes(0, 16 * kChunk);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->size(), 16u);  // nothing held yet: the base
+  absl::StatusOr<std::vector<SizedChunk>> second =
+      lake.AcquireBytes(0, 16 * kChunk);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->size(), 8u);  // 32 MiB held / 8: 4 MiB chunks
+  for (const SizedChunk& c : *second) EXPECT_EQ(c.size, 2 * kChunk);
+  absl::StatusOr<std::vector<SizedChunk>> third =
+      lake.AcquireBytes(0, 32 * kChunk);
+  ASSERT_TRUE(third.ok()) << third.status();
+  ASSERT_EQ(third->size(), 8u);  // 64 MiB / 8: 8 MiB chunks
+  for (const SizedChunk& c : *third) EXPECT_EQ(c.size, 4 * kChunk);
+  absl::StatusOr<std::vector<SizedChunk>> fourth =
+      lake.AcquireBytes(0, 16 * kChunk);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  ASSERT_EQ(fourth->size(), 4u);  // 128 MiB / 8 is 16 MiB: held_max, 8
+  for (const SizedChunk& c : *fourth) EXPECT_EQ(c.size, 4 * kChunk);
+  EXPECT_EQ((*b)->call_stats().Count(VmmCall::kCreate), 36u);
+  EXPECT_EQ(lake.held_bytes(0), 80 * kChunk);
+  lake.ReturnSized(0, *fourth);
+  lake.ReturnSized(0, *first);
+  lake.ReturnSized(0, *second);
+  lake.ReturnSized(0, *third);
+}
+
 TEST_F(EmbeddedLakeTest, ReturnedChunksAreReusedBeforeNewOnesAreMade) {
   absl::StatusOr<std::vector<SizedChunk>> a =
       lake_->AcquireBytes(0, 8 * kChunk);

@@ -11,6 +11,16 @@
 #include "common/vmm.h"
 
 namespace gmlake {
+
+ChunkSizing GrowthSizing(const AllocatorOptions& options) {
+  ChunkSizing s;
+  s.base = options.max_chunk;
+  s.large_chunk = options.large_chunk;
+  s.held_divisor = options.held_chunk_divisor;
+  s.held_max = options.held_chunk_max;
+  return s;
+}
+
 namespace {
 
 absl::StatusOr<OpenedChunkSource> OpenEmbedded(const AllocatorOptions& options,
@@ -20,9 +30,8 @@ absl::StatusOr<OpenedChunkSource> OpenEmbedded(const AllocatorOptions& options,
   bo.host_capacity_bytes = options.host_capacity;
   absl::StatusOr<std::unique_ptr<VmmBackend>> backend = CreateBackend(bo);
   if (!backend.ok()) return backend.status();
-  auto lake =
-      std::make_unique<EmbeddedLake>(*std::move(backend), options.chunk_size,
-                                     options.max_chunk, options.large_chunk);
+  auto lake = std::make_unique<EmbeddedLake>(
+      *std::move(backend), options.chunk_size, GrowthSizing(options));
   for (int d = 0; d < lake->backend()->device_count(); ++d) {
     if (absl::Status s = lake->SetCapacity(d, options.capacity); !s.ok()) {
       return s;
@@ -47,9 +56,8 @@ std::unique_ptr<ChunkSource> WithEmbeddedWhereUnserved(
     all = all && served.back();
   }
   if (all) return daemon;
-  auto local =
-      std::make_unique<EmbeddedLake>(daemon->backend(), options.chunk_size,
-                                     options.max_chunk, options.large_chunk);
+  auto local = std::make_unique<EmbeddedLake>(
+      daemon->backend(), options.chunk_size, GrowthSizing(options));
   return std::make_unique<SplitChunkSource>(std::move(daemon), std::move(local),
                                             std::move(served));
 }
@@ -62,6 +70,8 @@ DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options) {
   d.idle_watermark_bytes = options.idle_watermark;
   d.base_chunk = options.max_chunk;
   d.large_chunk = options.large_chunk;
+  d.held_chunk_divisor = options.held_chunk_divisor;
+  d.held_chunk_max = options.held_chunk_max;
   d.lease_ahead_max = options.lease_ahead;
   d.lease_ahead_in_background = options.lease_ahead_background;
   d.make_chunks = options.make_chunks;

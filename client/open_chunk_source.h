@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/chunk_sizing.h"
 #include "client/chunk_source.h"
 #include "client/daemon_chunk_source.h"
 #include "client/options.h"
@@ -36,6 +37,11 @@ absl::StatusOr<OpenedChunkSource> OpenChunkSource(
 // allocator (a program, a benchmark's client) cuts its leases alike. The
 // name is left to the caller.
 DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options);
+
+// How an embedded lake for an allocator of `options` cuts the chunks it
+// creates (client/chunk_sizing.h; the lake sets the unit), so that a
+// program and a replay of its trace grow alike.
+ChunkSizing GrowthSizing(const AllocatorOptions& options);
 
 }  // namespace gmlake
 

@@ -49,6 +49,18 @@ Setter Bytes(uint64_t AllocatorOptions::*field) {
   };
 }
 
+Setter Count(uint64_t AllocatorOptions::*field) {
+  return [field](absl::string_view v, AllocatorOptions* o) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", v, "' is not a whole number (0 or more)"));
+    }
+    o->*field = n;
+    return absl::OkStatus();
+  };
+}
+
 Setter Fraction(double AllocatorOptions::*field) {
   return [field](absl::string_view v, AllocatorOptions* o) {
     double d = 0;
@@ -86,6 +98,8 @@ const std::map<std::string, Setter>& Setters() {
       {"chunk_size", Bytes(&AllocatorOptions::chunk_size)},
       {"max_chunk", Bytes(&AllocatorOptions::max_chunk)},
       {"large_chunk", Bytes(&AllocatorOptions::large_chunk)},
+      {"held_chunk_divisor", Count(&AllocatorOptions::held_chunk_divisor)},
+      {"held_chunk_max", Bytes(&AllocatorOptions::held_chunk_max)},
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},

@@ -66,6 +66,27 @@ TEST(OptionsTest, CoversAreSetInBytesAndAFraction) {
       << b.status();
 }
 
+// Coarser chunks for a process that holds much: 1/2048 of what it holds,
+// at most 16 MiB, by default (docs/design.md, "Chunk sizes").
+TEST(OptionsTest, HeldChunksAreAWholeDivisorAndABound) {
+  EXPECT_EQ(ParseConf("")->held_chunk_divisor, 2048u);
+  EXPECT_EQ(ParseConf("")->held_chunk_max, uint64_t{16} << 20);
+  auto o = ParseConf("held_chunk_divisor:0,held_chunk_max:64MiB");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->held_chunk_divisor, 0u);
+  EXPECT_EQ(o->held_chunk_max, uint64_t{64} << 20);
+  for (const char* bad : {"held_chunk_divisor:0.5", "held_chunk_divisor:-1",
+                          "held_chunk_divisor:many"}) {
+    auto b = ParseConf(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("held_chunk_divisor"),
+              std::string::npos)
+        << b.status();
+    EXPECT_NE(b.status().message().find("whole number"), std::string::npos)
+        << b.status();
+  }
+}
+
 // 8 GiB by default (docs/design.md, "A KV cache that grows"); 0 keeps the
 // bound of before, what is reserved plus 2 GiB.
 TEST(OptionsTest, DormantViewsAreBoundAtEightGiBUnlessSet) {

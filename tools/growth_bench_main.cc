@@ -95,7 +95,7 @@ absl::StatusOr<Result> RunEmbedded(const Pattern& pattern, uint64_t bytes,
                                    const AllocatorOptions& options,
                                    VmmBackend* backend) {
   Result r;
-  EmbeddedLake lake(backend, 0, options.max_chunk, options.large_chunk);
+  EmbeddedLake lake(backend, 0, GrowthSizing(options));
   Allocator alloc(&lake, options);
   std::vector<DevicePtr> ptrs;
   absl::StatusOr<double> s = Grow(&alloc, pattern, bytes, &r.allocated, &ptrs);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/allocator.h"
 #include "client/embedded_lake.h"
+#include "client/open_chunk_source.h"
 #include "client/options.h"
 
 namespace gmlake {
@@ -39,8 +40,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
   absl::StatusOr<AllocatorOptions> options =
       ParseConf(config.conf, AllocatorOptions{});
   if (!options.ok()) return options.status();
-  EmbeddedLake lake(backend->get(), options->chunk_size, options->max_chunk,
-                    options->large_chunk);
+  EmbeddedLake lake(backend->get(), options->chunk_size,
+                    GrowthSizing(*options));
   if (capacity != 0) {
     if (absl::Status s = lake.SetCapacity(0, capacity); !s.ok()) return s;
   }
