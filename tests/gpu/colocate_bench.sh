@@ -48,10 +48,14 @@ run_one() {  # setting, rep
   case "$s" in
     expandable) export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ;;
     empty_cache) cmd+=(--empty-cache) ;;
-    gmlake)
-      start_gmlaked "${sockdir}" "${OUT}/gmlaked_${rep}.log"
+    gmlake | gmlake_*)
+      # gmlake_NAME: GMLake with GMLAKE_CONF's extra options from CONF_NAME
+      # (e.g. SETTINGS="gmlake gmlake_old" CONF_old=held_chunk_divisor:0).
+      local extra="" var="CONF_${s#gmlake_}"
+      [[ "$s" == gmlake_* ]] && extra=",${!var:-}"
+      start_gmlaked "${sockdir}" "${OUT}/gmlaked_${s}_${rep}.log"
       cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
-      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock" ;;
+      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}" ;;
   esac
   local t0=$SECONDS
   # Native PyTorch thrashes rather than fails at this size (no run of it
@@ -66,9 +70,9 @@ run_one() {  # setting, rep
   done
   echo "== ${s} rep ${rep}: rc ${rc}, $((SECONDS - t0)) s"
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | cut -c1-400
-  if [[ "$s" == gmlake ]]; then
-    "${GMLAKE_BIN}/gmlakectl" --socket="${sockdir}/gmlaked.sock" status --json > "${OUT}/status_${rep}.json" 2>&1
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('STATUS', json.dumps({k: v for k, v in d.items() if not isinstance(v, (list, dict))}))" "${OUT}/status_${rep}.json" 2>&1 | tee -a "${OUT}/status.txt"
+  if [[ "$s" == gmlake* ]]; then
+    "${GMLAKE_BIN}/gmlakectl" --socket="${sockdir}/gmlaked.sock" status --json > "${OUT}/status_${s}_${rep}.json" 2>&1
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('STATUS', sys.argv[2], json.dumps({k: v for k, v in d.items() if not isinstance(v, (list, dict))}))" "${OUT}/status_${s}_${rep}.json" "$s" 2>&1 | tee -a "${OUT}/status.txt"
     card_free_after | tee -a "${OUT}/plain_after.txt"
     stop_gmlaked
   fi

@@ -26,3 +26,26 @@ print("| setting | runs completed | median wall (s) |")
 print("|---|---|---|")
 for s, w in walls.items():
     print(f"| {s} | {len(w)} | {statistics.median(w):.1f} |")
+
+# Each turn's median per setting and role, and its ratio to empty_cache's
+# (issue 17's per-turn target: within 1.05 x).
+turns = collections.defaultdict(list)  # (setting, role) -> [turn lists]
+for (s, rep), r in runs.items():
+    if r.get("pair", {}).get("ok"):
+        for role in ("train", "infer"):
+            turns[(s, role)].append(r.get(role, {}).get("turns", []))
+
+
+def medians(lists):
+    n = min((len(x) for x in lists), default=0)
+    return [statistics.median(x[k] for x in lists) for k in range(n)]
+
+
+print()
+print("| setting | role | median turns (s) | / empty_cache's |")
+print("|---|---|---|---|")
+for (s, role), lists in sorted(turns.items()):
+    m = medians(lists)
+    base = medians(turns.get(("empty_cache", role), []))
+    rel = ", ".join("%.2f" % (a / b) for a, b in zip(m, base)) if base else "-"
+    print(f"| {s} | {role} | {', '.join('%.3f' % x for x in m)} | {rel} |")
