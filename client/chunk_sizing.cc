@@ -28,6 +28,11 @@ std::vector<ChunkRun> PlanChunks(uint64_t bytes, const ChunkSizing& sizing) {
     runs.push_back({base, left / base});
     left %= base;
   }
+  const uint64_t rest = sizing.rest_chunk / sizing.unit * sizing.unit;
+  if (rest != 0 && rest < base && left >= rest) {
+    runs.push_back({rest, left / rest});
+    left %= rest;
+  }
   // The last piece, whole units (bytes is a multiple of unit).
   if (left > 0) runs.push_back({left, 1});
   return runs;
@@ -41,6 +46,7 @@ ChunkSizing ForHeld(const ChunkSizing& sizing, uint64_t held) {
   uint64_t base = std::max(sizing.base, sizing.unit);
   if (base == 0) return out;
   if (base > bound / 2) return out;  // not doubled: as given
+  out.rest_chunk = base;
   // Halved, not doubled, in the test: no overflow.
   while (base <= bound / 2) base *= 2;
   out.base = base;

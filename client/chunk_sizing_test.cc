@@ -100,10 +100,23 @@ TEST(ChunkSizingTest, ForHeldCoarsensTheBaseWithWhatIsHeld) {
   EXPECT_EQ(ForHeld(s, 32 * kGiB).min_split, s.min_split);
   EXPECT_THAT(PlanChunks(100 * kMiB, ForHeld(s, 32 * kGiB)),
               ElementsAre(ChunkRun{16 * kMiB, 6}, ChunkRun{4 * kMiB, 1}));
+  // What is left below the coarse base is cut in the base it had, not
+  // into one odd piece: 30 MiB is 16, 3 x 4 and 2, and a shortfall of a
+  // few pages is cut as if nothing were held.
+  EXPECT_EQ(ForHeld(s, 32 * kGiB).rest_chunk, 4 * kMiB);
+  EXPECT_THAT(PlanChunks(30 * kMiB, ForHeld(s, 32 * kGiB)),
+              ElementsAre(ChunkRun{16 * kMiB, 1}, ChunkRun{4 * kMiB, 3},
+                          ChunkRun{2 * kMiB, 1}));
+  EXPECT_EQ(PlanChunks(10 * kMiB, ForHeld(s, 32 * kGiB)),
+            PlanChunks(10 * kMiB, s));
+  // A large shortfall still gets its large chunks, from the coarser base.
+  EXPECT_THAT(PlanChunks(kGiB, ForHeld(s, 32 * kGiB)),
+              ElementsAre(ChunkRun{64 * kMiB, 16}));
   // Off, or never past large_chunk, or below the base it was given.
   ChunkSizing off = s;
   off.held_divisor = 0;
   EXPECT_EQ(ForHeld(off, 1024 * kGiB).base, 4 * kMiB);
+  EXPECT_EQ(ForHeld(off, 1024 * kGiB).rest_chunk, 0u);
   off = s;
   off.held_max = 0;
   EXPECT_EQ(ForHeld(off, 1024 * kGiB).base, 4 * kMiB);

@@ -51,11 +51,12 @@ struct AllocatorOptions {
   // held_chunk_divisor / held_chunk_max: a process that holds much grows in
   // coarser chunks: max_chunk doubles while it stays within 1/divisor of
   // what the process holds on the device and within held_chunk_max
-  // (client/chunk_sizing.h, ForHeld). What a partly free chunk strands
-  // then scales with the bytes held: every trace in traces/ stays within
-  // 1.01 x live, and the colocation trainer (56 GiB) grows in 7,781 chunks
-  // instead of 13,920, each a cuMemCreate and a cuMemSetAccess (~50 us
-  // together on an H200) fewer (docs/design.md, "Chunk sizes"). 0: off.
+  // (client/chunk_sizing.h, ForHeld; what is left below it is cut in
+  // max_chunk as before). What a partly free chunk strands then scales with
+  // the bytes held: every trace in traces/ stays within 1.01 x live, and
+  // the colocation trainer (56 GiB) grows with 18,653 driver calls instead
+  // of 30,122, a cuMemCreate and a cuMemSetAccess (~50 us together on an
+  // H200) per chunk fewer (docs/design.md, "Chunk sizes"). 0: off.
   uint64_t held_chunk_divisor = 2048;
   uint64_t held_chunk_max = uint64_t{16} << 20;
   // small_size: requests up to this many bytes are carved from single
