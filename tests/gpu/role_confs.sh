@@ -11,7 +11,8 @@
 #   CONFS="grow_reach:0 grow_reach:0.0625" REPS=2 bash tests/gpu/role_confs.sh
 #   ROLE=train CONFS="lake:embedded lake:daemon" REPS=2 bash tests/gpu/role_confs.sh
 # Needs the wheel bundle (tests/gpu/bundle_python.sh). NATIVE=0 leaves
-# native PyTorch out. Lines: ROLE (one per run, JSON).
+# native PyTorch out; NATIVE=each runs it in every repetition. Lines: ROLE
+# (one per run, JSON).
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-role.XXXXXX)}"
 mkdir -p "${OUT}"
@@ -54,7 +55,9 @@ run_conf() {  # one GMLAKE_CONF setting; lake:daemon starts a gmlaked for it
     run_role "${c}" GMLAKE_CONF="lake:embedded,${c}" "${GMLAKE_BIN}/gmlake" run --
   fi
 }
+# NATIVE=each runs native PyTorch in every repetition, interleaved.
 [[ "${NATIVE:-1}" == 1 ]] && run_role native GMLAKE_ENABLE=0
 for rep in $(seq 1 "${REPS}"); do
+  [[ "${NATIVE:-1}" == each ]] && run_role native GMLAKE_ENABLE=0
   for c in "${confs[@]}"; do run_conf "${c}"; done
 done
