@@ -27,7 +27,7 @@
 //     strands at most its free part, so what coarser chunks can strand
 //     scales with the bytes held, not with the request: at 1/2048, a
 //     process holding 56 GiB grows in 16 MiB chunks, and the colocation
-//     trainer's replay makes 18,651 driver calls instead of 30,122 at
+//     trainer's replay makes 18,653 driver calls instead of 30,122 at
 //     1.003 x live instead of 1.001 (docs/design.md, "Chunk sizes").
 //
 // Sizes are few (powers of two times base), so free chunks of a size are

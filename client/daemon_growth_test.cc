@@ -218,6 +218,43 @@ TEST_F(DaemonGrowthTest, ShortfallsGetTheChunksOfTheEmbeddedLake) {
   (*src)->ReturnSized(0, got);
 }
 
+// A process that holds much leases in coarser chunks, as the embedded
+// lake creates them (ForHeld): at a divisor of 8, 32 MiB held lets a 32
+// MiB shortfall come in 4 MiB chunks and 64 MiB held in 8 MiB ones (the
+// cap), where 2 MiB chunks would be 16 each.
+TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "held";
+  o.base_chunk = kChunk;
+  o.held_chunk_divisor = 8;
+  o.held_chunk_max = 8 * kMiB;
+  o.lease_ahead_max = 0;  // only what each shortfall asks
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<SizedChunk> got;
+  std::vector<uint64_t> sizes_per_step;
+  for (int step = 0; step < 4; ++step) {
+    absl::StatusOr<std::vector<SizedChunk>> c =
+        (*src)->AcquireBytes(0, 16 * kChunk);
+    ASSERT_TRUE(c.ok()) << c.status();
+    sizes_per_step.push_back(c->size());
+    for (const SizedChunk& k : *c) {
+      EXPECT_EQ(k.size, step == 0   ? kChunk
+                        : step == 1 ? 2 * kChunk
+                                    : 4 * kChunk)
+          << "step " << step;
+    }
+    got.insert(got.end(), c->begin(), c->end());
+  }
+  // Held before each step: 0, 32, 64, 96 MiB.
+  EXPECT_EQ(sizes_per_step, (std::vector<uint64_t>{16, 8, 4, 4}));
+  EXPECT_TRUE(WaitForSessionBytes((*src)->session_id(), 64 * kChunk));
+  (*src)->ReturnSized(0, got);
+}
+
 TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
   // The whole lake is this process's, idle in 2 MiB chunks: a 12 MiB
   // request, planned as three 4 MiB chunks, still gets its memory.
