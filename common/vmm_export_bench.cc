@@ -8,7 +8,7 @@
 // decide between larger chunks and more threads (docs/design.md, "Growth
 // through gmlaked").
 //
-//   bazel run -c opt //common:vmm_export_bench -- --backend=cuda \
+//   bazel run -c opt //common:vmm_export_bench -- --backend=cuda
 //       [--sizes_mib=2,8,32] [--threads=1,4] [--bytes_mib=2048] [--json]
 //
 // Every phase runs over --bytes_mib of chunks; a threaded phase splits the

@@ -183,7 +183,7 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
   if (identify_) caller = identify_(*context);
   const uid_t uid = caller.has_value() ? caller->uid : kUnknownUid;
   auto watch = std::make_shared<HealthWatch>(this, request->service(), uid);
-  Status status;
+  Status status = grpc::health::v1::HealthCheckResponse::UNKNOWN;
   size_t open = 0;
   {
     MutexLock l(&mu_);

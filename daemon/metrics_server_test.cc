@@ -128,7 +128,7 @@ TEST_F(MetricsServerTest, AStalledClientIsDroppedAndTheNextIsServed) {
 
 TEST(MetricsServer, BadAddressesAreClearErrors) {
   auto render = [] { return std::string(); };
-  for (const std::string& bad : {"9478", "localhost:http", ":70000"}) {
+  for (const char* bad : {"9478", "localhost:http", ":70000"}) {
     MetricsServerOptions o;
     o.address = bad;
     absl::StatusOr<std::unique_ptr<MetricsServer>> s =

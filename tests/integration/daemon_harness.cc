@@ -346,7 +346,10 @@ absl::StatusOr<std::unique_ptr<ClientProcess>> ClientProcess::StartBinary(
   if (!first.ok()) return first.status();
   absl::StatusOr<std::string> ready = ParseAnswer(*first);
   if (!ready.ok()) return ready.status();
-  absl::SimpleAtoi(*ready, &c->session_);
+  if (!absl::SimpleAtoi(*ready, &c->session_)) {
+    return absl::InternalError(absl::StrCat("client said \"", *ready,
+                                            "\" where its session id was due"));
+  }
   return c;
 }
 

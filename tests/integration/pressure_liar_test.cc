@@ -70,8 +70,12 @@ void OthersLeaseBesideALiar(const std::string& liar_mode) {
   // The liar holds its chunk still; the honest holder gave the 99 missing.
   ASSERT_EQ(st->sessions_size(), 3);
   for (const v1::SessionStatus& s : st->sessions()) {
-    if (s.name() == "liar") EXPECT_EQ(s.leased_chunks(), 1u);
-    if (s.name() == "honest") EXPECT_EQ(s.leased_chunks(), 59u);
+    if (s.name() == "liar") {
+      EXPECT_EQ(s.leased_chunks(), 1u);
+    }
+    if (s.name() == "honest") {
+      EXPECT_EQ(s.leased_chunks(), 59u);
+    }
   }
   ASSERT_OK(d->CheckBooks());
   for (auto* c : {&*honest, &*liar, &*other}) {
