@@ -82,24 +82,18 @@ struct DaemonSourceOptions {
   // Bytes per device of returned chunks kept imported for reuse, instead of
   // going back to the daemon at once.
   uint64_t idle_watermark_bytes = 0;
-  // AcquireBytes leases a shortfall in chunks of this size (rounded down
-  // to gmlaked's unit, at least one unit), the last piece smaller, as the
-  // embedded lake creates them (the allocator's max_chunk), so a process
-  // gets the same chunks from either lake. Every chunk costs its way
+  // How AcquireBytes cuts a shortfall into the chunks it leases, as the
+  // embedded lake cuts what it creates (GrowthSizing of the allocator's
+  // options), so a process gets the same chunks from either lake: chunks
+  // of `chunks.base` (rounded down to gmlaked's unit, at least one unit;
+  // 0: the unit), the last piece smaller; a large shortfall in chunks of
+  // up to `chunks.large_chunk` (0: never larger than the base); coarser
+  // for a process that holds much (`held_divisor`, `held_max`: ForHeld).
+  // The unit is gmlaked's, set per device. Every chunk costs its way
   // through gmlaked (export, transfer, import, map: ~200 us on an H200
   // whatever its size), so 4 MiB chunks halve what growth costs in 2 MiB
-  // ones. 0: gmlaked's unit.
-  uint64_t base_chunk = 0;
-  // AcquireBytes leases a large shortfall in chunks of up to this size
-  // (client/chunk_sizing.h; base_chunk for the rest). 0: never larger than
-  // base_chunk.
-  uint64_t large_chunk = 0;
-  // A process that holds much leases in coarser chunks: base_chunk
-  // doubled while within 1/held_chunk_divisor of what it holds on the
-  // device and within held_chunk_max, as the embedded lake creates them
-  // (client/chunk_sizing.h, ForHeld). 0: off.
-  uint64_t held_chunk_divisor = 0;
-  uint64_t held_chunk_max = 0;
+  // ones.
+  ChunkSizing chunks;
   // Leasing ahead of need (client/chunk_sizing.h, LeaseAhead): a process
   // growing in many small shortfalls leases the next ones with this one,
   // in steps that double with the growth, up to the larger of
@@ -193,8 +187,8 @@ class DaemonChunkSource : public ChunkSource {
   // Handles not acquired from this source are ignored.
   void Return(int device, absl::Span<const ChunkHandle> chunks);
   // Idle chunks that fit (largest first), then leases for the rest, cut by
-  // PlanChunks (large chunks for a large shortfall, up to
-  // options.large_chunk). Errors as Acquire.
+  // PlanChunks as options.chunks says (large chunks for a large shortfall,
+  // coarser ones for a process that holds much). Errors as Acquire.
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
@@ -422,8 +416,9 @@ class DaemonChunkSource : public ChunkSource {
   size_t AheadChunksLocked(const DeviceState& d, uint64_t missing,
                            uint64_t bytes, uint64_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // How AcquireBytes cuts a shortfall on device `d`: options_.base_chunk
-  // in whole units (at least one), coarser for what `d` holds (ForHeld).
+  // How AcquireBytes cuts a shortfall on device `d`: options_.chunks with
+  // its base in whole units of `d` (at least one), coarser for what `d`
+  // holds (ForHeld).
   ChunkSizing SizingLocked(const DeviceState& d) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives back what was leased ahead and not taken since the last look

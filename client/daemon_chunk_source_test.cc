@@ -425,7 +425,7 @@ TEST_F(DaemonChunkSourceTest, LargeRequestsAreLeasedInLargeChunks) {
   o.lease_ahead_max = 0;  // chunks counted lease by lease
   o.socket_path = daemon_->socket();
   o.name = "large";
-  o.large_chunk = uint64_t{1} << 30;
+  o.chunks.large_chunk = uint64_t{1} << 30;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> made =
       DaemonChunkSource::Connect(o);
   ASSERT_TRUE(made.ok()) << made.status();

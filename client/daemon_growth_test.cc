@@ -173,7 +173,7 @@ TEST_F(DaemonGrowthTest, MixedShortfallsTakeFewLeasesPerGiB) {
 }
 
 TEST_F(DaemonGrowthTest, ShortfallsGetTheChunksOfTheEmbeddedLake) {
-  // The allocator's max_chunk of 4 MiB (base_chunk): a 10 MiB shortfall is
+  // The allocator's max_chunk of 4 MiB (chunks.base): a 10 MiB shortfall is
   // 4 + 4 + 2 MiB, as the embedded lake creates it, not five chunks of
   // gmlaked's 2 MiB unit; every chunk costs its way through gmlaked
   // whatever its size.
@@ -181,7 +181,7 @@ TEST_F(DaemonGrowthTest, ShortfallsGetTheChunksOfTheEmbeddedLake) {
   DaemonSourceOptions o;
   o.socket_path = daemon_->socket();
   o.name = "base";
-  o.base_chunk = 4 * kMiB;
+  o.chunks.base = 4 * kMiB;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
   ASSERT_TRUE(src.ok()) << src.status();
@@ -227,9 +227,9 @@ TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
   DaemonSourceOptions o;
   o.socket_path = daemon_->socket();
   o.name = "held";
-  o.base_chunk = kChunk;
-  o.held_chunk_divisor = 8;
-  o.held_chunk_max = 8 * kMiB;
+  o.chunks.base = kChunk;
+  o.chunks.held_divisor = 8;
+  o.chunks.held_max = 8 * kMiB;
   o.lease_ahead_max = 0;  // only what each shortfall asks
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);
@@ -262,7 +262,7 @@ TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
   DaemonSourceOptions o;
   o.socket_path = daemon_->socket();
   o.name = "full";
-  o.base_chunk = 4 * kMiB;
+  o.chunks.base = 4 * kMiB;
   o.idle_watermark_bytes = 64 * kMiB;
   absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
       DaemonChunkSource::Connect(o);

@@ -206,13 +206,10 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
 }
 
 ChunkSizing DaemonChunkSource::SizingLocked(const DeviceState& d) const {
-  ChunkSizing s;
+  ChunkSizing s = options_.chunks;
   s.unit = d.chunk_size;
-  if (s.unit == 0) return s;
-  s.base = std::max<uint64_t>(options_.base_chunk / s.unit, 1) * s.unit;
-  s.large_chunk = options_.large_chunk;
-  s.held_divisor = options_.held_chunk_divisor;
-  s.held_max = options_.held_chunk_max;
+  if (s.unit == 0) return ChunkSizing{};
+  s.base = std::max<uint64_t>(s.base / s.unit, 1) * s.unit;
   return ForHeld(s, d.held_bytes);
 }
 

@@ -68,10 +68,7 @@ DaemonSourceOptions DaemonSourceOptionsFor(const AllocatorOptions& options) {
   DaemonSourceOptions d;
   d.socket_path = options.socket;
   d.idle_watermark_bytes = options.idle_watermark;
-  d.base_chunk = options.max_chunk;
-  d.large_chunk = options.large_chunk;
-  d.held_chunk_divisor = options.held_chunk_divisor;
-  d.held_chunk_max = options.held_chunk_max;
+  d.chunks = GrowthSizing(options);
   d.lease_ahead_max = options.lease_ahead;
   d.lease_ahead_in_background = options.lease_ahead_background;
   d.make_chunks = options.make_chunks;
