@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -101,28 +102,37 @@ TEST(LakeShareTest, PreferReclaimKeepsALargeLakeNearTheFloor) {
       << static_cast<double>(r->sum_of_process_peaks_bytes) / r->floor_bytes;
 }
 
+// The shipped traces `names` in turns for `rounds` rounds, through a
+// gmlaked whose pressure counts only the need of the process taking its
+// turn (its shortfall and its deficit against its own peak), not its growth
+// over a window of time: the counts do not depend on how fast the machine
+// is. A late answer must not be taken for none.
+LakeShareConfig CountedTurns(const std::vector<std::string>& names,
+                             int rounds) {
+  LakeShareConfig config;
+  for (const std::string& n : names) {
+    config.trace_paths.push_back(ShippedTracePath(n));
+  }
+  config.self = RunfilePath("tools/gmlake-replay");
+  config.gmlaked = RunfilePath("daemon/gmlaked");
+  config.rounds = rounds;
+  config.progress = false;
+  config.sample_every = absl::ZeroDuration();
+  config.gmlaked_flags = {"--pressure_growth_window=0",
+                          "--pressure_patience=30s"};
+  config.reclaim_timeout = absl::Seconds(60);
+  return config;
+}
+
 // Issue 17 §5: turns through one gmlaked whose capacity is below the sum of
 // the processes' peaks, asserted in counts, not times. A turn switch (the
 // busy process needs what an idle one caches) used to cost one pressure
 // round per lease call (5,960 rounds for 6,827 leases on an H200, and 13
 // failed leases).
 TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
-  LakeShareConfig config;
-  config.trace_paths = {ShippedTracePath("llama1b_full_ckpt"),
-                        ShippedTracePath("llama1b_infer")};
+  const LakeShareConfig config =
+      CountedTurns({"llama1b_full_ckpt", "llama1b_infer"}, 3);
   for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
-  config.self = RunfilePath("tools/gmlake-replay");
-  config.gmlaked = RunfilePath("daemon/gmlaked");
-  config.rounds = 3;
-  config.progress = false;
-  config.sample_every = absl::ZeroDuration();
-  // Only the need of the process taking its turn counts (its shortfall and
-  // its deficit against its own peak), not its growth over a window of
-  // time: the counts do not depend on how fast the machine is. A late
-  // answer must not be taken for none.
-  config.gmlaked_flags = {"--pressure_growth_window=0",
-                          "--pressure_patience=30s"};
-  config.reclaim_timeout = absl::Seconds(60);
   absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->phases.size(), 6u);
@@ -185,18 +195,9 @@ TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
 // (it needed 1.017 x); grown in chunks coarser for what each holds, the
 // pair completes.
 TEST(LakeShareTest, TheColocationPairTakesTurnsInALakeNearItsFloor) {
-  LakeShareConfig config;
-  config.trace_paths = {ShippedTracePath("colocate_train"),
-                        ShippedTracePath("colocate_infer")};
+  LakeShareConfig config =
+      CountedTurns({"colocate_train", "colocate_infer"}, 2);
   for (const std::string& p : config.trace_paths) ASSERT_FALSE(p.empty());
-  config.self = RunfilePath("tools/gmlake-replay");
-  config.gmlaked = RunfilePath("daemon/gmlaked");
-  config.rounds = 2;
-  config.progress = false;
-  config.sample_every = absl::ZeroDuration();
-  config.gmlaked_flags = {"--pressure_growth_window=0",
-                          "--pressure_patience=30s"};
-  config.reclaim_timeout = absl::Seconds(60);
   absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const uint64_t unit = uint64_t{2} << 20;
