@@ -47,7 +47,7 @@ class AllocatorTest : public ::testing::Test {
     lake_ = sized_by_conf
                 ? std::make_unique<EmbeddedLake>(
                       *std::move(backend), options->chunk_size,
-                      options->max_chunk, options->large_chunk)
+                      ChunkSizing{0, options->max_chunk, options->large_chunk})
                 : std::make_unique<EmbeddedLake>(*std::move(backend), 0);
     ASSERT_TRUE(lake_->SetCapacity(0, lake_capacity).ok());
     allocator_ = std::make_unique<Allocator>(lake_.get(), *options);

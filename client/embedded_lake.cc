@@ -12,11 +12,6 @@
 namespace gmlake {
 
 EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
-                           uint64_t max_chunk, uint64_t large_chunk)
-    : EmbeddedLake(backend, chunk_size,
-                   ChunkSizing{0, max_chunk, large_chunk}) {}
-
-EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
                            const ChunkSizing& growth)
     : backend_(backend),
       chunk_size_(chunk_size != 0 ? chunk_size : backend->granularity(0)),
@@ -25,12 +20,6 @@ EmbeddedLake::EmbeddedLake(VmmBackend* backend, size_t chunk_size,
   MutexLock lock(&mu_);
   devices_.resize(backend_->device_count());
 }
-
-EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
-                           size_t chunk_size, uint64_t max_chunk,
-                           uint64_t large_chunk)
-    : EmbeddedLake(std::move(backend), chunk_size,
-                   ChunkSizing{0, max_chunk, large_chunk}) {}
 
 EmbeddedLake::EmbeddedLake(std::unique_ptr<VmmBackend> backend,
                            size_t chunk_size, const ChunkSizing& growth)

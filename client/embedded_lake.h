@@ -23,21 +23,16 @@ namespace gmlake {
 class EmbeddedLake : public ChunkSource {
  public:
   // Uses `backend`, which must outlive the lake. `chunk_size` 0 means the
-  // backend's granularity. New chunks are cut as client/chunk_sizing.h
-  // says: of `max_chunk` (0: one granule), and for a large shortfall of up
-  // to `large_chunk` (0: never larger than max_chunk).
-  EmbeddedLake(VmmBackend* backend, size_t chunk_size, uint64_t max_chunk = 0,
-               uint64_t large_chunk = 0);
-  // The same with the whole of `growth` (its base is max_chunk; its unit
-  // is set from `chunk_size`), for the larger chunks of a process that
-  // holds much (ForHeld).
+  // backend's granularity. New chunks are cut as `growth` says
+  // (client/chunk_sizing.h; its unit is set from `chunk_size`): of its base
+  // (0: one granule), for a large shortfall of up to its large_chunk (0:
+  // never larger than the base), coarser for what the device holds
+  // (ForHeld). The default: every chunk one granule.
   EmbeddedLake(VmmBackend* backend, size_t chunk_size,
-               const ChunkSizing& growth);
+               const ChunkSizing& growth = {});
   // Owns `backend`.
   EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
-               uint64_t max_chunk = 0, uint64_t large_chunk = 0);
-  EmbeddedLake(std::unique_ptr<VmmBackend> backend, size_t chunk_size,
-               const ChunkSizing& growth);
+               const ChunkSizing& growth = {});
   ~EmbeddedLake() override;
 
   absl::string_view name() const override { return "embedded"; }

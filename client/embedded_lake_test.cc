@@ -31,7 +31,8 @@ class EmbeddedLakeTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
     ASSERT_TRUE(b.ok()) << b.status();
     host_ = std::move(*b);
-    lake_ = std::make_unique<EmbeddedLake>(host_.get(), 0, max_chunk);
+    lake_ = std::make_unique<EmbeddedLake>(host_.get(), 0,
+                                           ChunkSizing{0, max_chunk});
   }
   void SetUp() override { Make(64 * kChunk, 8 * kChunk); }
   void TearDown() override { lake_.reset(); }
