@@ -194,6 +194,11 @@ int LakeMain(const std::vector<std::string>& args) {
            {"node_bytes", p.node_bytes},
            {"floor_bytes", p.floor_bytes},
            {"pressure_requests", p.pressure_requests},
+           {"pressure_rounds", p.pressure_rounds},
+           {"leases_served", p.leases_served},
+           {"leases_failed", p.leases_failed},
+           {"leased_chunks", p.leased_chunks},
+           {"leased_bytes", p.leased_bytes},
            {"seconds", p.seconds}});
     }
     std::printf("%s\n", out.dump().c_str());
