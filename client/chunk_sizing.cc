@@ -63,4 +63,8 @@ uint64_t LeaseAheadBytes(const LeaseAhead& ahead, uint64_t unit,
   return want / unit * unit;
 }
 
+uint64_t LeaseAheadPause(uint64_t refused, uint64_t unit) {
+  return std::max(refused, unit);
+}
+
 }  // namespace gmlake

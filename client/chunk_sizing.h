@@ -99,6 +99,15 @@ uint64_t LeaseAheadBytes(const LeaseAhead& ahead, uint64_t unit,
                          uint64_t missing, uint64_t streak_bytes,
                          uint64_t held_bytes, uint64_t room_bytes);
 
+// After a lease ahead of `refused` bytes was refused for want of room: how
+// many bytes the process leases as asked before it leases ahead again (or
+// until chunks go back). As much as was refused, at least one `unit`. Its
+// leases as asked may raise pressure, and pressure brings back what it
+// will need (its shortfall, its deficit against its peak), so the lake has
+// room again after a turn switch's first round; a lake that stays full
+// costs one refused lease ahead per such step.
+uint64_t LeaseAheadPause(uint64_t refused, uint64_t unit);
+
 // Moves kept chunks (anything with a `size`) from `idle` to `taken` for a
 // request of `bytes`: largest first, each only if it fits what is still
 // missing, and only of `only_size` when that is nonzero. Returns the bytes

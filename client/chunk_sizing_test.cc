@@ -218,5 +218,11 @@ TEST(LeaseAheadBytesTest, DoublesWithTheStreakWithinTheCapAndTheRoom) {
             0u);
 }
 
+TEST(LeaseAheadPauseTest, AsMuchAsWasRefusedAtLeastAUnit) {
+  constexpr uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(LeaseAheadPause(432 * kMiB, 2 * kMiB), 432 * kMiB);
+  EXPECT_EQ(LeaseAheadPause(0, 2 * kMiB), 2 * kMiB);
+}
+
 }  // namespace
 }  // namespace gmlake

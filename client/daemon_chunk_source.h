@@ -303,11 +303,12 @@ class DaemonChunkSource : public ChunkSource {
     uint64_t ahead_bytes = 0;
     // Bytes leased since growth last paused (the step of leasing ahead
     // doubles with it); whether it grew since the reporter last looked
-    // (leased, or took leased-ahead chunks); whether a lease ahead was
-    // refused (no more until chunks go back).
+    // (leased, or took leased-ahead chunks).
     uint64_t streak_bytes = 0;
     bool grew = false;
-    bool ahead_refused = false;
+    // A lease ahead was refused: none until chunks go back or the process
+    // has leased this many more bytes as asked (LeaseAheadPause).
+    uint64_t ahead_paused_bytes = 0;
     // A background lease of `refill_chunks` is wanted, or in flight.
     bool refilling = false;
     // Asked to give memory back since growth last paused: no background
@@ -380,10 +381,12 @@ class DaemonChunkSource : public ChunkSource {
   // (kPlanned, TakePlannedChunks); or, once the lake had no room for that,
   // any that fit (kAnyFit), so that no idle chunk waits while a request
   // fails.
-  enum class IdleTake { kUnit, kPlanned, kAnyFit };
+  // kRoomMade: as kAnyFit, after the idle chunks went back to make room.
+  enum class IdleTake { kUnit, kPlanned, kAnyFit, kRoomMade };
   // Acquire and AcquireBytes: idle chunks for `bytes` (as `take` says),
   // then leases for the rest (of the unit for kUnit, else cut by
-  // PlanChunks). All or nothing.
+  // PlanChunks). All or nothing. Where the lake has no room for the rest
+  // while idle chunks are here, they go back first.
   absl::StatusOr<std::vector<LeasedChunk>> Obtain(int device, uint64_t bytes,
                                                   IdleTake take);
   // LeaseAndImport once the daemon is there: waits up to reconnect_wait
@@ -405,8 +408,9 @@ class DaemonChunkSource : public ChunkSource {
                           absl::Span<const uint64_t> ids,
                           std::vector<LeasedChunk>* made);
   // Leases `count` chunks of `size` and `ahead` more, ahead of need, in
-  // one call where the lake has them free; else the `count` alone (and no
-  // more ahead until chunks go back). Moves the ahead ones to `ahead_out`.
+  // one call where the lake has them free; else the `count` alone, and
+  // leasing ahead pauses (LeaseAheadPause). Moves the ahead ones to
+  // `ahead_out`.
   absl::Status LeaseWithAhead(int device, size_t count, size_t ahead,
                               uint64_t size, std::vector<LeasedChunk>* out,
                               std::vector<LeasedChunk>* ahead_out,

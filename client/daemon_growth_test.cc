@@ -280,6 +280,34 @@ TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
   (*src)->ReturnSized(0, *big);
 }
 
+// The whole lake is this process's, idle in 4 MiB chunks (what it leased
+// ahead and what it freed): a 2 MiB request, which none of them fits, gives
+// them back and leases its own. The pair's lake replay near its floor ran
+// out of memory this way: the inference role held 0.4-3 GiB leased ahead
+// while its lease for a larger or smaller chunk found the lake full.
+TEST_F(DaemonGrowthTest, IdleChunksThatFitNoPlanGoBackToMakeRoom) {
+  Start({"--host_capacity=64MiB", "--capacity=1"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "full";
+  o.chunks.base = 4 * kMiB;
+  o.idle_watermark_bytes = 64 * kMiB;
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<SizedChunk> got;
+  Grow(src->get(), 64 * kMiB, 4 * kMiB, &got);
+  for (const SizedChunk& c : got) ASSERT_EQ(c.size, 4 * kMiB);
+  (*src)->ReturnSized(0, got);
+  absl::StatusOr<std::vector<SizedChunk>> small =
+      (*src)->AcquireBytes(0, kChunk);
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_EQ(small->size(), 1u);
+  EXPECT_EQ((*small)[0].size, kChunk);
+  EXPECT_LE(SessionBytes((*src)->session_id()), 64 * kMiB);
+  (*src)->ReturnSized(0, *small);
+}
+
 TEST_F(DaemonGrowthTest, LeasedAheadStaysWithinTheProcessLimit) {
   Start({"--host_capacity=8GiB", "--capacity=1"});
   std::unique_ptr<DaemonChunkSource> src = Connect("limited");
@@ -322,6 +350,49 @@ TEST_F(DaemonGrowthTest, LeasedAheadGoesBackFirstUnderPressure) {
   EXPECT_EQ(SessionBytes(a->session_id()), 64 * kMiB);
   b->ReturnSized(0, *got_b);
   a->ReturnSized(0, got_a);
+}
+
+// A turn switch in a full lake: the busy process's first lease ahead is
+// refused (no_pressure asks no one), its lease as asked makes the idle one
+// give back its cache, and from then on the lake has room. Leasing ahead
+// resumes once the process has leased as much as was refused, not only
+// when chunks go back: the colocation trainer's later turns took one lease
+// per shortfall (~500 for 32 GiB regrown, the pair's lake replay) where
+// its first took ~110.
+TEST_F(DaemonGrowthTest, LeasingAheadResumesOncePressureMadeRoom) {
+  Start({"--host_capacity=512MiB", "--capacity=1"});
+  std::unique_ptr<DaemonChunkSource> idle = Connect("idle");
+  std::unique_ptr<DaemonChunkSource> busy =
+      Connect("busy", /*background=*/true, absl::Seconds(2));
+  ASSERT_NE(idle, nullptr);
+  ASSERT_NE(busy, nullptr);
+  absl::StatusOr<std::vector<SizedChunk>> cached =
+      idle->AcquireBytes(0, 512 * kMiB);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  // The idle process gives back all it caches when asked, as an allocator
+  // with nothing live does.
+  std::vector<SizedChunk> give = *std::move(cached);
+  DaemonChunkSource* raw = idle.get();
+  std::atomic<int> reclaims{0};
+  idle->SetReclaimHandler([&](int, uint64_t) -> uint64_t {
+    reclaims.fetch_add(1);
+    uint64_t bytes = 0;
+    for (const SizedChunk& c : give) bytes += c.size;
+    raw->ReturnSized(0, give);
+    give.clear();
+    return bytes;
+  });
+  const uint64_t before = LeasesServed();
+  std::vector<SizedChunk> got;
+  Grow(busy.get(), 256 * kMiB, kChunk, &got);
+  const uint64_t leases = LeasesServed() - before;
+  EXPECT_GE(reclaims.load(), 1);
+  // One lease per shortfall would be 128.
+  EXPECT_LE(leases, 16u) << "lease calls for 256 MiB grown in 2 MiB steps "
+                            "after a refused lease ahead";
+  std::printf("leases for 256 MiB grown after a refused lease ahead: %d\n",
+              static_cast<int>(leases));
+  busy->ReturnSized(0, got);
 }
 
 // A process whose mallocs come slower than gmlaked can lease (modelled by

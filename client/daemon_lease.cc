@@ -165,6 +165,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
   }
   uint64_t keep = 0;
   bool retry = false;
+  bool give_back_idle = false;
   {
     MutexLock l(&mu_);
     // Ids of another daemon than the current one (it restarted meanwhile,
@@ -184,6 +185,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
     if (leased > 0) {
       d.streak_bytes += leased;
       d.grew = true;
+      d.ahead_paused_bytes -= std::min(d.ahead_paused_bytes, leased);
     }
     if (s.ok()) {
       for (const LeasedChunk& c : got) d.Hold(c);
@@ -197,11 +199,21 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
     keep = options_.idle_watermark_bytes + d.ahead_bytes;
     retry = take == IdleTake::kPlanned && absl::IsResourceExhausted(s) &&
             d.idle_bytes >= missing;
+    give_back_idle =
+        !retry && (take == IdleTake::kPlanned || take == IdleTake::kAnyFit) &&
+        absl::IsResourceExhausted(s) && d.idle_bytes > 0;
   }
   if (got.size() > from_idle) TrimIdle(device, keep, 0);
   // No room for chunks of the planned sizes while idle ones of others are
   // here: those, before the caller hears there is no room.
   if (retry) return Obtain(device, bytes, IdleTake::kAnyFit);
+  // Idle chunks none of which fits what is missing (leased ahead in other
+  // sizes, freed in larger ones) take the room of the chunks it needs: they
+  // go back to the lake, and the lease is asked again.
+  if (give_back_idle) {
+    TrimIdle(device, 0, 0);
+    return Obtain(device, bytes, IdleTake::kRoomMade);
+  }
   return s;
 }
 
@@ -216,7 +228,8 @@ ChunkSizing DaemonChunkSource::SizingLocked(const DeviceState& d) const {
 size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
                                             uint64_t missing, uint64_t bytes,
                                             uint64_t size) const {
-  if (missing == 0 || d.ahead_refused || d.chunk_size == 0 || size == 0) {
+  if (missing == 0 || d.ahead_paused_bytes > 0 || d.chunk_size == 0 ||
+      size == 0) {
     return 0;
   }
   // Room: what this process may hold (its limit, the lake's capacity) past
@@ -246,10 +259,12 @@ absl::Status DaemonChunkSource::LeaseWithAhead(
       return s;
     }
     if (!absl::IsResourceExhausted(s)) return s;
-    // The lake has not that much free (or the quota is near): no more
-    // leasing ahead until chunks go back, and the shortfall as asked.
+    // The lake has not that much free (or the quota is near): the shortfall
+    // as asked, and no leasing ahead for a while (LeaseAheadPause).
     MutexLock l(&mu_);
-    devices_[device].ahead_refused = true;
+    DeviceState& d = devices_[device];
+    d.ahead_paused_bytes =
+        LeaseAheadPause(uint64_t{ahead} * size, d.chunk_size);
   }
   return LeaseWhenLinked(device, count, size, out, epoch);
 }
@@ -507,7 +522,7 @@ uint64_t DaemonChunkSource::TrimIdle(int device, uint64_t keep_bytes,
     // Idle chunks go back leased-ahead ones first (nobody asked for them).
     d.ahead_bytes = std::min(d.ahead_bytes, d.idle_bytes);
     // Room again: leasing ahead may try anew.
-    if (bytes > 0) d.ahead_refused = false;
+    if (bytes > 0) d.ahead_paused_bytes = 0;
     epoch = epoch_;
   }
   if (!give.empty()) GiveBack(device, give, epoch);

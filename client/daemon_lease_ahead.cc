@@ -19,7 +19,7 @@
 // What is leased in the background is leased ahead like the rest: never
 // mapped, never asking other sessions (no_pressure), first to go back under
 // pressure and once growth pauses, within the process's room; a refill
-// refused for want of room stops leasing ahead until chunks go back.
+// refused for want of room pauses leasing ahead (LeaseAheadPause).
 
 #include <thread>
 #include <vector>
@@ -39,8 +39,8 @@ void DaemonChunkSource::MaybeRefillLocked(int device) {
     return;
   }
   DeviceState& d = devices_[device];
-  if (d.refilling || d.pressed || d.ahead_refused || d.chunk_size == 0 ||
-      d.streak_bytes == 0 || !lost_.ok()) {
+  if (d.refilling || d.pressed || d.ahead_paused_bytes > 0 ||
+      d.chunk_size == 0 || d.streak_bytes == 0 || !lost_.ok()) {
     return;
   }
   // The step the next shortfall would lease ahead with it, in the chunks
@@ -118,7 +118,8 @@ void DaemonChunkSource::RefillLoop() {
       }
       d.grew = true;
     } else if (absl::IsResourceExhausted(s)) {
-      d.ahead_refused = true;
+      d.ahead_paused_bytes =
+          LeaseAheadPause(uint64_t{count} * size, d.chunk_size);
     }
     d.refilling = false;
     d.refill_chunks = 0;
