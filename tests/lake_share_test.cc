@@ -189,11 +189,11 @@ TEST(LakeShareTest, TurnsCostAboutOneRoundPerSwitchAndNoFailedLease) {
 
 // Issue 17 at full size: the colocation pair's two roles (a 56 GiB trainer,
 // a 76 GiB inference engine with a growing KV cache; their traces recorded
-// on an H200) take turns through one gmlaked of 1.015 x the most they have
+// on an H200) take turns through one gmlaked of 1.012 x the most they have
 // live together, far below the 133 GiB they hold apart. With 4 MiB chunks
-// for every growth the inference role ran out of memory in such a lake
-// (it needed 1.017 x); grown in chunks coarser for what each holds, the
-// pair completes.
+// for every growth the inference role needed 1.017 x; in chunks coarser for
+// what each holds, 1.014 x; since its own leased-ahead chunks go back when
+// they fit no plan and the lake is full, 1.009 x (gmlake-replay --lake).
 TEST(LakeShareTest, TheColocationPairTakesTurnsInALakeNearItsFloor) {
   LakeShareConfig config =
       CountedTurns({"colocate_train", "colocate_infer"}, 2);
@@ -202,17 +202,18 @@ TEST(LakeShareTest, TheColocationPairTakesTurnsInALakeNearItsFloor) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   const uint64_t unit = uint64_t{2} << 20;
   config.capacity =
-      static_cast<uint64_t>(plan->floor_bytes * 1.015) / unit * unit;
+      static_cast<uint64_t>(plan->floor_bytes * 1.012) / unit * unit;
   absl::StatusOr<LakeShareResult> r = RunLakeShare(config);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->phases.size(), 4u);
   EXPECT_GT(r->sum_of_process_peaks_bytes, r->capacity_bytes * 13 / 10);
   EXPECT_LE(r->node_peak_bytes, r->capacity_bytes);
   // Completing is the claim; refused leases are reported, not asserted: this
-  // close to the floor a lease is now and then refused (1 run in ~35 here;
-  // gmlaked --verbose: the inference role needed 612 MiB, the idle trainer
-  // cached 220 MiB, the lake had no more), and the busy process then serves
-  // itself by remaking its own cache
+  // close to the floor one to three leases a run are refused (the busy
+  // process needs more than the lake has and the idle one caches: at
+  // 1.015 x once the inference role needed 612 MiB, the idle trainer cached
+  // 220 MiB), and the busy process then serves itself by remaking its own
+  // cache
   // (TurnsCostAboutOneRoundPerSwitchAndNoFailedLease asserts none at 1.05 x).
   // The trainer's second turn regrows ~32 GiB in shortfalls of 32-176 MiB.
   // Its first lease ahead finds the lake full; once pressure has made room
