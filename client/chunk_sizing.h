@@ -20,9 +20,10 @@
 //     sizes").
 //   * What is left over: chunks of base, and one smaller (a multiple of
 //     `unit`) for the last piece.
-//   * A process that already holds much grows in coarser chunks
+//   * A process that holds or has held much grows in coarser chunks
 //     (ForHeld): the base doubles while it stays within 1/`held_divisor`
-//     of what the process holds and within `held_max`; what is left below
+//     of the most the process has held and within `held_max` (a process
+//     that gave its cache back grows back to what it held); what is left below
 //     it is still cut in chunks of the base it had. A chunk only part free
 //     strands at most its free part, so what coarser chunks can strand
 //     scales with the bytes held, not with the request: at 1/2048, a
@@ -54,7 +55,9 @@ struct ChunkSizing {
   uint64_t rest_chunk = 0;
 };
 
-// `sizing` for a process that holds `held` bytes: its base doubled while
+// `sizing` for a process that has held at most `held` bytes (both lakes
+// pass the most, so that regrowth after giving the cache back is as
+// coarse as the growth before it): its base doubled while
 // the doubled base is at most held / held_divisor and at most held_max
 // (and large_chunk, when set), the base it had for the rest (rest_chunk),
 // so that a shortfall of a few pages is cut as before, not into one odd

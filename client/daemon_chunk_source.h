@@ -88,7 +88,7 @@ struct DaemonSourceOptions {
   // of `chunks.base` (rounded down to gmlaked's unit, at least one unit;
   // 0: the unit), the last piece smaller; a large shortfall in chunks of
   // up to `chunks.large_chunk` (0: never larger than the base); coarser
-  // for a process that holds much (`held_divisor`, `held_max`: ForHeld).
+  // for a process that has held much (`held_divisor`, `held_max`: ForHeld).
   // The unit is gmlaked's, set per device. Every chunk costs its way
   // through gmlaked (export, transfer, import, map: ~200 us on an H200
   // whatever its size), so 4 MiB chunks halve what growth costs in 2 MiB
@@ -287,9 +287,13 @@ class DaemonChunkSource : public ChunkSource {
     std::vector<LeasedChunk> idle;
     uint64_t held_bytes = 0;
     uint64_t idle_bytes = 0;
+    // The most held_bytes has been: what the process grows back to after
+    // giving its cache back (ForHeld).
+    uint64_t peak_held_bytes = 0;
     void Hold(const LeasedChunk& c) {
       held[c.handle] = {c.id, c.size};
       held_bytes += c.size;
+      peak_held_bytes = std::max(peak_held_bytes, held_bytes);
     }
     void Unhold(absl::flat_hash_map<ChunkHandle, HeldChunk>::iterator it) {
       held_bytes -= it->second.size;

@@ -255,6 +255,42 @@ TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
   (*src)->ReturnSized(0, got);
 }
 
+// The colocation trainer gives its cache back while the inference engine
+// works, then regrows ~32 GiB: in the chunks of the most it held (16 MiB),
+// not of what it still holds (8 MiB below 32 GiB). The pair's lake replay:
+// 2,511-2,643 chunks in such a turn instead of 2,932-3,084, and the
+// inference role's later turns 3,579-3,589 instead of 4,950-4,964.
+TEST_F(DaemonGrowthTest, AProcessThatHeldMuchRegrowsInCoarserChunks) {
+  Start({"--host_capacity=8GiB", "--capacity=1"});
+  DaemonSourceOptions o;
+  o.socket_path = daemon_->socket();
+  o.name = "regrows";
+  o.chunks.base = kChunk;
+  o.chunks.held_divisor = 8;
+  o.chunks.held_max = 8 * kMiB;
+  o.lease_ahead_max = 0;  // only what each shortfall asks
+  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+      DaemonChunkSource::Connect(o);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<SizedChunk> got;
+  for (int step = 0; step < 4; ++step) {
+    absl::StatusOr<std::vector<SizedChunk>> c =
+        (*src)->AcquireBytes(0, 16 * kChunk);
+    ASSERT_TRUE(c.ok()) << c.status();
+    got.insert(got.end(), c->begin(), c->end());
+  }
+  (*src)->ReturnSized(0, got);
+  (*src)->ReleaseKept(0);
+  ASSERT_TRUE(WaitForSessionBytes((*src)->session_id(), 0));
+  absl::StatusOr<std::vector<SizedChunk>> again =
+      (*src)->AcquireBytes(0, 16 * kChunk);
+  ASSERT_TRUE(again.ok()) << again.status();
+  // 128 MiB held at most / 8: held_max, 8 MiB chunks.
+  ASSERT_EQ(again->size(), 4u);
+  for (const SizedChunk& c : *again) EXPECT_EQ(c.size, 8 * kMiB);
+  (*src)->ReturnSized(0, *again);
+}
+
 TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
   // The whole lake is this process's, idle in 2 MiB chunks: a 12 MiB
   // request, planned as three 4 MiB chunks, still gets its memory.

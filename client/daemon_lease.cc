@@ -222,7 +222,7 @@ ChunkSizing DaemonChunkSource::SizingLocked(const DeviceState& d) const {
   s.unit = d.chunk_size;
   if (s.unit == 0) return ChunkSizing{};
   s.base = std::max<uint64_t>(s.base / s.unit, 1) * s.unit;
-  return ForHeld(s, d.held_bytes);
+  return ForHeld(s, d.peak_held_bytes);
 }
 
 size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,

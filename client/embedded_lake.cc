@@ -70,7 +70,7 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
   std::vector<SizedChunk> out;
   const uint64_t have = TakeKeptChunks(&books.idle, bytes, 0, &out);
   for (const ChunkRun& run :
-       PlanChunks(bytes - have, ForHeld(sizing_, books.held))) {
+       PlanChunks(bytes - have, ForHeld(sizing_, books.peak_held))) {
     for (uint64_t i = 0; i < run.count; ++i) {
       absl::StatusOr<ChunkHandle> h = backend_->CreateChunk(device, run.size);
       if (!h.ok() && absl::IsResourceExhausted(h.status()) &&
@@ -97,6 +97,7 @@ absl::StatusOr<std::vector<SizedChunk>> EmbeddedLake::AcquireBytes(
     }
   }
   books.held += bytes;
+  books.peak_held = std::max(books.peak_held, books.held);
   return out;
 }
 

@@ -26,7 +26,7 @@ class EmbeddedLake : public ChunkSource {
   // backend's granularity. New chunks are cut as `growth` says
   // (client/chunk_sizing.h; its unit is set from `chunk_size`): of its base
   // (0: one granule), for a large shortfall of up to its large_chunk (0:
-  // never larger than the base), coarser for what the device holds
+  // never larger than the base), coarser for the most the device held
   // (ForHeld). The default: every chunk one granule.
   EmbeddedLake(VmmBackend* backend, size_t chunk_size,
                const ChunkSizing& growth = {});
@@ -40,7 +40,7 @@ class EmbeddedLake : public ChunkSource {
   VmmBackend* backend() override { return backend_; }
   size_t chunk_size(int device) const override { return chunk_size_; }
   // Kept chunks that fit first (largest first), then new chunks for the
-  // shortfall, cut by PlanChunks for what the device holds (ForHeld).
+  // shortfall, cut by PlanChunks for the most the device held (ForHeld).
   absl::StatusOr<std::vector<SizedChunk>> AcquireBytes(int device,
                                                        uint64_t bytes) override;
   void ReturnSized(int device, absl::Span<const SizedChunk> chunks) override;
@@ -62,6 +62,7 @@ class EmbeddedLake : public ChunkSource {
   struct DeviceBooks {
     uint64_t capacity = 0;         // 0: no limit.
     uint64_t held = 0;             // chunks out with the allocator
+    uint64_t peak_held = 0;        // the most `held` has been (ForHeld)
     std::vector<SizedChunk> idle;  // created, returned, kept
   };
   DeviceBooks& Books(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

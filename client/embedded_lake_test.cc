@@ -103,6 +103,34 @@ TEST_F(EmbeddedLakeTest, ADeviceHoldingMuchGrowsInCoarserChunks) {
   lake.ReturnSized(0, *third);
 }
 
+// A process that gave its cache back (to another process under pressure,
+// or empty_cache) grows back to what it held: in the chunks of the most it
+// held, not of what it holds now.
+TEST_F(EmbeddedLakeTest, ADeviceThatHeldMuchRegrowsInCoarserChunks) {
+  HostBackend::Options o;
+  o.capacity_bytes = 128 * kChunk;
+  absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ChunkSizing growth;
+  growth.base = kChunk;
+  growth.held_divisor = 8;
+  growth.held_max = 4 * kChunk;
+  EmbeddedLake lake(b->get(), 0, growth);
+  absl::StatusOr<std::vector<SizedChunk>> first =
+      lake.AcquireBytes(0, 64 * kChunk);
+  ASSERT_TRUE(first.ok()) << first.status();
+  lake.ReturnSized(0, *first);
+  lake.Trim();  // all of it back to the driver: nothing held or kept
+  ASSERT_EQ(lake.held_bytes(0), 0u);
+  absl::StatusOr<std::vector<SizedChunk>> again =
+      lake.AcquireBytes(0, 16 * kChunk);
+  ASSERT_TRUE(again.ok()) << again.status();
+  // 128 MiB held at most / 8 is 16 MiB: held_max, 8 MiB chunks.
+  ASSERT_EQ(again->size(), 4u);
+  for (const SizedChunk& c : *again) EXPECT_EQ(c.size, 4 * kChunk);
+  lake.ReturnSized(0, *again);
+}
+
 TEST_F(EmbeddedLakeTest, ReturnedChunksAreReusedBeforeNewOnesAreMade) {
   absl::StatusOr<std::vector<SizedChunk>> a =
       lake_->AcquireBytes(0, 8 * kChunk);

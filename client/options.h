@@ -48,9 +48,10 @@ struct AllocatorOptions {
   // 40 chunks instead of 20,480 (docs/daemon.md, "Hand-off"). 0: never
   // larger than max_chunk.
   uint64_t large_chunk = uint64_t{1} << 30;
-  // held_chunk_divisor / held_chunk_max: a process that holds much grows in
-  // coarser chunks: max_chunk doubles while it stays within 1/divisor of
-  // what the process holds on the device and within held_chunk_max
+  // held_chunk_divisor / held_chunk_max: a process that holds (or has held)
+  // much grows in coarser chunks: max_chunk doubles while it stays within
+  // 1/divisor of the most the process has held on the device and within
+  // held_chunk_max
   // (client/chunk_sizing.h, ForHeld; what is left below it is cut in
   // max_chunk as before). What a partly free chunk strands then scales with
   // the bytes held: every trace in traces/ stays within 1.01 x live, and
