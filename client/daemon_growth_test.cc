@@ -50,6 +50,35 @@ class DaemonGrowthTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
   }
+  // A source whose chunks coarsen with what the process has held (ForHeld)
+  // at a divisor of 8 up to 8 MiB, leasing only what each shortfall asks.
+  std::unique_ptr<DaemonChunkSource> ConnectCoarsening(
+      const std::string& name) {
+    DaemonSourceOptions o;
+    o.socket_path = daemon_->socket();
+    o.name = name;
+    o.chunks.base = kChunk;
+    o.chunks.held_divisor = 8;
+    o.chunks.held_max = 8 * kMiB;
+    o.lease_ahead_max = 0;
+    absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+        DaemonChunkSource::Connect(o);
+    EXPECT_TRUE(src.ok()) << src.status();
+    return src.ok() ? *std::move(src) : nullptr;
+  }
+  // A source of 4 MiB chunks that keeps up to 64 MiB of them idle (the
+  // whole lake of the tests that use it).
+  std::unique_ptr<DaemonChunkSource> ConnectKeepingIdle() {
+    DaemonSourceOptions o;
+    o.socket_path = daemon_->socket();
+    o.name = "full";
+    o.chunks.base = 4 * kMiB;
+    o.idle_watermark_bytes = 64 * kMiB;
+    absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+        DaemonChunkSource::Connect(o);
+    EXPECT_TRUE(src.ok()) << src.status();
+    return src.ok() ? *std::move(src) : nullptr;
+  }
   uint64_t LeasesServed() {
     absl::StatusOr<v1::StatusResponse> st = daemon_->Status();
     EXPECT_TRUE(st.ok()) << st.status();
@@ -224,21 +253,13 @@ TEST_F(DaemonGrowthTest, ShortfallsGetTheChunksOfTheEmbeddedLake) {
 // cap), where 2 MiB chunks would be 16 each.
 TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
   Start({"--host_capacity=8GiB", "--capacity=1"});
-  DaemonSourceOptions o;
-  o.socket_path = daemon_->socket();
-  o.name = "held";
-  o.chunks.base = kChunk;
-  o.chunks.held_divisor = 8;
-  o.chunks.held_max = 8 * kMiB;
-  o.lease_ahead_max = 0;  // only what each shortfall asks
-  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
-      DaemonChunkSource::Connect(o);
-  ASSERT_TRUE(src.ok()) << src.status();
+  std::unique_ptr<DaemonChunkSource> src = ConnectCoarsening("held");
+  ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
   std::vector<uint64_t> sizes_per_step;
   for (int step = 0; step < 4; ++step) {
     absl::StatusOr<std::vector<SizedChunk>> c =
-        (*src)->AcquireBytes(0, 16 * kChunk);
+        src->AcquireBytes(0, 16 * kChunk);
     ASSERT_TRUE(c.ok()) << c.status();
     sizes_per_step.push_back(c->size());
     for (const SizedChunk& k : *c) {
@@ -251,8 +272,8 @@ TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
   }
   // Held before each step: 0, 32, 64, 96 MiB.
   EXPECT_EQ(sizes_per_step, (std::vector<uint64_t>{16, 8, 4, 4}));
-  EXPECT_TRUE(WaitForSessionBytes((*src)->session_id(), 64 * kChunk));
-  (*src)->ReturnSized(0, got);
+  EXPECT_TRUE(WaitForSessionBytes(src->session_id(), 64 * kChunk));
+  src->ReturnSized(0, got);
 }
 
 // The colocation trainer gives its cache back while the inference engine
@@ -262,58 +283,43 @@ TEST_F(DaemonGrowthTest, AProcessHoldingMuchLeasesCoarserChunks) {
 // inference role's later turns 3,579-3,589 instead of 4,950-4,964.
 TEST_F(DaemonGrowthTest, AProcessThatHeldMuchRegrowsInCoarserChunks) {
   Start({"--host_capacity=8GiB", "--capacity=1"});
-  DaemonSourceOptions o;
-  o.socket_path = daemon_->socket();
-  o.name = "regrows";
-  o.chunks.base = kChunk;
-  o.chunks.held_divisor = 8;
-  o.chunks.held_max = 8 * kMiB;
-  o.lease_ahead_max = 0;  // only what each shortfall asks
-  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
-      DaemonChunkSource::Connect(o);
-  ASSERT_TRUE(src.ok()) << src.status();
+  std::unique_ptr<DaemonChunkSource> src = ConnectCoarsening("regrows");
+  ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
   for (int step = 0; step < 4; ++step) {
     absl::StatusOr<std::vector<SizedChunk>> c =
-        (*src)->AcquireBytes(0, 16 * kChunk);
+        src->AcquireBytes(0, 16 * kChunk);
     ASSERT_TRUE(c.ok()) << c.status();
     got.insert(got.end(), c->begin(), c->end());
   }
-  (*src)->ReturnSized(0, got);
-  (*src)->ReleaseKept(0);
-  ASSERT_TRUE(WaitForSessionBytes((*src)->session_id(), 0));
+  src->ReturnSized(0, got);
+  src->ReleaseKept(0);
+  ASSERT_TRUE(WaitForSessionBytes(src->session_id(), 0));
   absl::StatusOr<std::vector<SizedChunk>> again =
-      (*src)->AcquireBytes(0, 16 * kChunk);
+      src->AcquireBytes(0, 16 * kChunk);
   ASSERT_TRUE(again.ok()) << again.status();
   // 128 MiB held at most / 8: held_max, 8 MiB chunks.
   ASSERT_EQ(again->size(), 4u);
   for (const SizedChunk& c : *again) EXPECT_EQ(c.size, 8 * kMiB);
-  (*src)->ReturnSized(0, *again);
+  src->ReturnSized(0, *again);
 }
 
 TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
   // The whole lake is this process's, idle in 2 MiB chunks: a 12 MiB
   // request, planned as three 4 MiB chunks, still gets its memory.
   Start({"--host_capacity=64MiB", "--capacity=1"});
-  DaemonSourceOptions o;
-  o.socket_path = daemon_->socket();
-  o.name = "full";
-  o.chunks.base = 4 * kMiB;
-  o.idle_watermark_bytes = 64 * kMiB;
-  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
-      DaemonChunkSource::Connect(o);
-  ASSERT_TRUE(src.ok()) << src.status();
+  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
-  Grow(src->get(), 64 * kMiB, kChunk, &got);
-  (*src)->ReturnSized(0, got);
-  absl::StatusOr<std::vector<SizedChunk>> big =
-      (*src)->AcquireBytes(0, 12 * kMiB);
+  Grow(src.get(), 64 * kMiB, kChunk, &got);
+  src->ReturnSized(0, got);
+  absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 12 * kMiB);
   ASSERT_TRUE(big.ok()) << big.status();
   uint64_t sum = 0;
   for (const SizedChunk& c : *big) sum += c.size;
   EXPECT_EQ(sum, 12 * kMiB);
-  EXPECT_LE(SessionBytes((*src)->session_id()), 64 * kMiB);
-  (*src)->ReturnSized(0, *big);
+  EXPECT_LE(SessionBytes(src->session_id()), 64 * kMiB);
+  src->ReturnSized(0, *big);
 }
 
 // The whole lake is this process's, idle in 4 MiB chunks (what it leased
@@ -323,25 +329,18 @@ TEST_F(DaemonGrowthTest, IdleChunksOfOtherSizesServeWhenTheLakeIsFull) {
 // while its lease for a larger or smaller chunk found the lake full.
 TEST_F(DaemonGrowthTest, IdleChunksThatFitNoPlanGoBackToMakeRoom) {
   Start({"--host_capacity=64MiB", "--capacity=1"});
-  DaemonSourceOptions o;
-  o.socket_path = daemon_->socket();
-  o.name = "full";
-  o.chunks.base = 4 * kMiB;
-  o.idle_watermark_bytes = 64 * kMiB;
-  absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
-      DaemonChunkSource::Connect(o);
-  ASSERT_TRUE(src.ok()) << src.status();
+  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
-  Grow(src->get(), 64 * kMiB, 4 * kMiB, &got);
+  Grow(src.get(), 64 * kMiB, 4 * kMiB, &got);
   for (const SizedChunk& c : got) ASSERT_EQ(c.size, 4 * kMiB);
-  (*src)->ReturnSized(0, got);
-  absl::StatusOr<std::vector<SizedChunk>> small =
-      (*src)->AcquireBytes(0, kChunk);
+  src->ReturnSized(0, got);
+  absl::StatusOr<std::vector<SizedChunk>> small = src->AcquireBytes(0, kChunk);
   ASSERT_TRUE(small.ok()) << small.status();
   ASSERT_EQ(small->size(), 1u);
   EXPECT_EQ((*small)[0].size, kChunk);
-  EXPECT_LE(SessionBytes((*src)->session_id()), 64 * kMiB);
-  (*src)->ReturnSized(0, *small);
+  EXPECT_LE(SessionBytes(src->session_id()), 64 * kMiB);
+  src->ReturnSized(0, *small);
 }
 
 TEST_F(DaemonGrowthTest, LeasedAheadStaysWithinTheProcessLimit) {

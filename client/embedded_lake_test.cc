@@ -24,6 +24,10 @@ class EmbeddedLakeTest : public ::testing::Test {
  protected:
   // A host backend of `backend_bytes` per device, `devices` devices.
   void Make(uint64_t backend_bytes, uint64_t max_chunk = 0, int devices = 1) {
+    MakeSized(backend_bytes, ChunkSizing{0, max_chunk}, devices);
+  }
+  void MakeSized(uint64_t backend_bytes, const ChunkSizing& growth,
+                 int devices = 1) {
     lake_.reset();
     HostBackend::Options o;
     o.devices = devices;
@@ -31,8 +35,16 @@ class EmbeddedLakeTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
     ASSERT_TRUE(b.ok()) << b.status();
     host_ = std::move(*b);
-    lake_ = std::make_unique<EmbeddedLake>(host_.get(), 0,
-                                           ChunkSizing{0, max_chunk});
+    lake_ = std::make_unique<EmbeddedLake>(host_.get(), 0, growth);
+  }
+  // Chunks that coarsen with what the device has held (ForHeld) at a
+  // divisor of 8, up to 8 MiB.
+  static ChunkSizing Coarsening() {
+    ChunkSizing growth;
+    growth.base = kChunk;
+    growth.held_divisor = 8;
+    growth.held_max = 4 * kChunk;
+    return growth;
   }
   void SetUp() override { Make(64 * kChunk, 8 * kChunk); }
   void TearDown() override { lake_.reset(); }
@@ -67,15 +79,8 @@ TEST_F(EmbeddedLakeTest, MakesChunksOfAtMostMaxChunkForTheWholeRequest) {
 // 16 x 2 MiB held at a divisor of 8 lets 4 MiB chunks serve the next
 // request, and so on up to held_chunk_max.
 TEST_F(EmbeddedLakeTest, ADeviceHoldingMuchGrowsInCoarserChunks) {
-  HostBackend::Options o;
-  o.capacity_bytes = 128 * kChunk;
-  absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ChunkSizing growth;
-  growth.base = kChunk;
-  growth.held_divisor = 8;
-  growth.held_max = 4 * kChunk;
-  EmbeddedLake lake(b->get(), 0, growth);
+  MakeSized(128 * kChunk, Coarsening());
+  EmbeddedLake& lake = *lake_;
   absl::StatusOr<std::vector<SizedChunk>> first =
       lake.AcquireBytes(0, 16 * kChunk);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -95,7 +100,7 @@ TEST_F(EmbeddedLakeTest, ADeviceHoldingMuchGrowsInCoarserChunks) {
   ASSERT_TRUE(fourth.ok()) << fourth.status();
   ASSERT_EQ(fourth->size(), 4u);  // 128 MiB / 8 is 16 MiB: held_max, 8
   for (const SizedChunk& c : *fourth) EXPECT_EQ(c.size, 4 * kChunk);
-  EXPECT_EQ((*b)->call_stats().Count(VmmCall::kCreate), 36u);
+  EXPECT_EQ(host_->call_stats().Count(VmmCall::kCreate), 36u);
   EXPECT_EQ(lake.held_bytes(0), 80 * kChunk);
   lake.ReturnSized(0, *fourth);
   lake.ReturnSized(0, *first);
@@ -107,15 +112,8 @@ TEST_F(EmbeddedLakeTest, ADeviceHoldingMuchGrowsInCoarserChunks) {
 // or empty_cache) grows back to what it held: in the chunks of the most it
 // held, not of what it holds now.
 TEST_F(EmbeddedLakeTest, ADeviceThatHeldMuchRegrowsInCoarserChunks) {
-  HostBackend::Options o;
-  o.capacity_bytes = 128 * kChunk;
-  absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(o);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ChunkSizing growth;
-  growth.base = kChunk;
-  growth.held_divisor = 8;
-  growth.held_max = 4 * kChunk;
-  EmbeddedLake lake(b->get(), 0, growth);
+  MakeSized(128 * kChunk, Coarsening());
+  EmbeddedLake& lake = *lake_;
   absl::StatusOr<std::vector<SizedChunk>> first =
       lake.AcquireBytes(0, 64 * kChunk);
   ASSERT_TRUE(first.ok()) << first.status();
