@@ -265,6 +265,8 @@ absl::Status DaemonChunkSource::LeaseWithAhead(
     DeviceState& d = devices_[device];
     d.ahead_paused_bytes =
         LeaseAheadPause(uint64_t{ahead} * size, d.chunk_size);
+    // The lake was full: once resumed, the steps grow from small again.
+    d.streak_bytes = 0;
   }
   return LeaseWhenLinked(device, count, size, out, epoch);
 }
