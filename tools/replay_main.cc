@@ -209,14 +209,24 @@ int LakeMain(const std::vector<std::string>& args) {
       "capacity %.2f GiB, %d rounds\n",
       config.trace_paths.size(), config.backend.c_str(), Gib(r->capacity_bytes),
       config.rounds);
-  std::printf("%5s %-22s %14s %12s %12s %9s %8s\n", "round", "busy",
-              "its peak GiB", "node GiB", "floor GiB", "pressure", "seconds");
+  // gmlaked's counters are totals since it started: a phase's leases and
+  // chunks are the difference from the phase before (the first phase's
+  // include whatever the daemon served before the run, none for a new one).
+  std::printf("%5s %-22s %14s %12s %12s %9s %7s %7s %8s\n", "round", "busy",
+              "its peak GiB", "node GiB", "floor GiB", "pressure", "leases",
+              "chunks", "seconds");
+  uint64_t leases_before = 0, chunks_before = 0;
   for (const LakePhase& p : r->phases) {
-    std::printf("%5d %-22s %14.2f %12.2f %12.2f %9llu %8.1f\n", p.round + 1,
-                p.trace.c_str(), Gib(p.client_reserved_peak), Gib(p.node_bytes),
-                Gib(p.floor_bytes),
-                static_cast<unsigned long long>(p.pressure_requests),
-                p.seconds);
+    std::printf(
+        "%5d %-22s %14.2f %12.2f %12.2f %9llu %7llu %7llu %8.1f\n", p.round + 1,
+        p.trace.c_str(), Gib(p.client_reserved_peak), Gib(p.node_bytes),
+        Gib(p.floor_bytes),
+        static_cast<unsigned long long>(p.pressure_requests),
+        static_cast<unsigned long long>(p.leases_served - leases_before),
+        static_cast<unsigned long long>(p.leased_chunks - chunks_before),
+        p.seconds);
+    leases_before = p.leases_served;
+    chunks_before = p.leased_chunks;
   }
   std::printf(
       "node peak %.2f GiB = %.3f x the floor (%.2f GiB live across "
