@@ -385,7 +385,8 @@ class DaemonChunkSource : public ChunkSource {
   // (kPlanned, TakePlannedChunks); or, once the lake had no room for that,
   // any that fit (kAnyFit), so that no idle chunk waits while a request
   // fails.
-  // kRoomMade: as kAnyFit, after the idle chunks went back to make room.
+  // kAnyFit and kRoomMade (after the idle chunks went back to make room)
+  // are retries: their leases ask no other session (no_pressure).
   enum class IdleTake { kUnit, kPlanned, kAnyFit, kRoomMade };
   // Acquire and AcquireBytes: idle chunks for `bytes` (as `take` says),
   // then leases for the rest (of the unit for kUnit, else cut by
@@ -414,11 +415,12 @@ class DaemonChunkSource : public ChunkSource {
   // Leases `count` chunks of `size` and `ahead` more, ahead of need, in
   // one call where the lake has them free; else the `count` alone, and
   // leasing ahead pauses (LeaseAheadPause). Moves the ahead ones to
-  // `ahead_out`.
+  // `ahead_out`. `may_press`: the `count` may ask other sessions to give
+  // memory back (else it is leased as no_pressure, as the ahead ones are).
   absl::Status LeaseWithAhead(int device, size_t count, size_t ahead,
                               uint64_t size, std::vector<LeasedChunk>* out,
                               std::vector<LeasedChunk>* ahead_out,
-                              uint64_t* epoch);
+                              uint64_t* epoch, bool may_press);
   // Chunks of `size` to lease ahead of need with a shortfall of `missing`
   // bytes, for `bytes` more on `device` (0: none).
   size_t AheadChunksLocked(const DeviceState& d, uint64_t missing,

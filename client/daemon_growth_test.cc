@@ -343,6 +343,39 @@ TEST_F(DaemonGrowthTest, IdleChunksThatFitNoPlanGoBackToMakeRoom) {
   src->ReturnSized(0, *small);
 }
 
+// Where giving the idle chunks back cannot make the room (another process
+// holds the rest and gives nothing back), the leases asked again do not
+// ask the others a second time: a real out-of-memory comes after one
+// pressure round (it took three, each up to --reclaim_timeout), and says
+// what that round found.
+TEST_F(DaemonGrowthTest, AnOutOfMemoryAfterIdleChunksWentBackAsksOnce) {
+  Start({"--host_capacity=64MiB", "--capacity=1", "--reclaim_timeout=1s"});
+  std::unique_ptr<DaemonChunkSource> other = Connect("other");
+  ASSERT_NE(other, nullptr);
+  other->SetReclaimHandler([](int, uint64_t) -> uint64_t { return 0; });
+  absl::StatusOr<std::vector<SizedChunk>> held =
+      other->AcquireBytes(0, 32 * kMiB);
+  ASSERT_TRUE(held.ok()) << held.status();
+  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  ASSERT_NE(src, nullptr);
+  std::vector<SizedChunk> got;
+  Grow(src.get(), 32 * kMiB, 4 * kMiB, &got);
+  src->ReturnSized(0, got);  // 32 MiB idle in 4 MiB chunks
+  absl::StatusOr<v1::StatusResponse> before = daemon_->Status();
+  ASSERT_TRUE(before.ok()) << before.status();
+  absl::StatusOr<std::vector<SizedChunk>> refused =
+      src->AcquireBytes(0, 48 * kMiB);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status()));
+  EXPECT_NE(refused.status().message().find("asked other sessions"),
+            std::string::npos)
+      << refused.status();
+  absl::StatusOr<v1::StatusResponse> after = daemon_->Status();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->pressure_rounds() - before->pressure_rounds(), 1u);
+  other->ReturnSized(0, *held);
+}
+
 TEST_F(DaemonGrowthTest, LeasedAheadStaysWithinTheProcessLimit) {
   Start({"--host_capacity=8GiB", "--capacity=1"});
   std::unique_ptr<DaemonChunkSource> src = Connect("limited");

@@ -149,6 +149,10 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
                               runs[ahead_run].size);
     if (ahead > 0) devices_[device].ahead_chunk = runs[ahead_run].size;
   }
+  // A retry (kAnyFit, kRoomMade) does not ask the other sessions again:
+  // they were asked for this request (and the lease waited while memory
+  // came back), so a real out-of-memory comes after one such wait.
+  const bool may_press = take == IdleTake::kUnit || take == IdleTake::kPlanned;
   std::vector<uint64_t> epochs(from_idle, idle_epoch);
   std::vector<LeasedChunk> ahead_got;
   uint64_t ahead_epoch = 0;
@@ -158,7 +162,7 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
     uint64_t lease_epoch = 0;
     blocking_leases_.fetch_add(1);
     s = LeaseWithAhead(device, run.count, i == ahead_run ? ahead : 0, run.size,
-                       &got, &ahead_got, &lease_epoch);
+                       &got, &ahead_got, &lease_epoch, may_press);
     if (!s.ok()) break;
     epochs.resize(got.size(), lease_epoch);
     if (!ahead_got.empty()) ahead_epoch = lease_epoch;
@@ -204,16 +208,17 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
         absl::IsResourceExhausted(s) && d.idle_bytes > 0;
   }
   if (got.size() > from_idle) TrimIdle(device, keep, 0);
+  if (!retry && !give_back_idle) return s;
   // No room for chunks of the planned sizes while idle ones of others are
-  // here: those, before the caller hears there is no room.
-  if (retry) return Obtain(device, bytes, IdleTake::kAnyFit);
-  // Idle chunks none of which fits what is missing (leased ahead in other
-  // sizes, freed in larger ones) take the room of the chunks it needs: they
-  // go back to the lake, and the lease is asked again.
-  if (give_back_idle) {
-    TrimIdle(device, 0, 0);
-    return Obtain(device, bytes, IdleTake::kRoomMade);
-  }
+  // here: those, before the caller hears there is no room. Else idle chunks
+  // none of which fits what is missing (leased ahead in other sizes, freed
+  // in larger ones) take the room of the chunks it needs: they go back to
+  // the lake, and the lease is asked again.
+  if (give_back_idle) TrimIdle(device, 0, 0);
+  absl::StatusOr<std::vector<LeasedChunk>> again =
+      Obtain(device, bytes, retry ? IdleTake::kAnyFit : IdleTake::kRoomMade);
+  if (again.ok() || !absl::IsResourceExhausted(again.status())) return again;
+  // What the lease that asked the other sessions found, not the retry's.
   return s;
 }
 
@@ -249,7 +254,7 @@ size_t DaemonChunkSource::AheadChunksLocked(const DeviceState& d,
 absl::Status DaemonChunkSource::LeaseWithAhead(
     int device, size_t count, size_t ahead, uint64_t size,
     std::vector<LeasedChunk>* out, std::vector<LeasedChunk>* ahead_out,
-    uint64_t* epoch) {
+    uint64_t* epoch, bool may_press) {
   if (ahead > 0) {
     absl::Status s = LeaseWhenLinked(device, count + ahead, size, out, epoch,
                                      /*no_pressure=*/true);
@@ -268,7 +273,8 @@ absl::Status DaemonChunkSource::LeaseWithAhead(
     // The lake was full: once resumed, the steps grow from small again.
     d.streak_bytes = 0;
   }
-  return LeaseWhenLinked(device, count, size, out, epoch);
+  return LeaseWhenLinked(device, count, size, out, epoch,
+                         /*no_pressure=*/!may_press);
 }
 
 void DaemonChunkSource::TrimAheadAfterPause() {
