@@ -313,6 +313,12 @@ class DaemonChunkSource : public ChunkSource {
     // A lease ahead was refused: none until chunks go back or the process
     // has leased this many more bytes as asked (LeaseAheadPause).
     uint64_t ahead_paused_bytes = 0;
+    // A lease ahead of `refused` bytes found the lake full: leasing ahead
+    // pauses, and once it resumes its steps grow from small again.
+    void PauseAhead(uint64_t refused) {
+      ahead_paused_bytes = LeaseAheadPause(refused, chunk_size);
+      streak_bytes = 0;
+    }
     // A background lease of `refill_chunks` is wanted, or in flight.
     bool refilling = false;
     // Asked to give memory back since growth last paused: no background
@@ -427,8 +433,8 @@ class DaemonChunkSource : public ChunkSource {
                            uint64_t bytes, uint64_t size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How AcquireBytes cuts a shortfall on device `d`: options_.chunks with
-  // its base in whole units of `d` (at least one), coarser for what `d`
-  // holds (ForHeld).
+  // its base in whole units of `d` (at least one), coarser for the most
+  // this process has held on `d` (ForHeld).
   ChunkSizing SizingLocked(const DeviceState& d) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives back what was leased ahead and not taken since the last look

@@ -267,11 +267,7 @@ absl::Status DaemonChunkSource::LeaseWithAhead(
     // The lake has not that much free (or the quota is near): the shortfall
     // as asked, and no leasing ahead for a while (LeaseAheadPause).
     MutexLock l(&mu_);
-    DeviceState& d = devices_[device];
-    d.ahead_paused_bytes =
-        LeaseAheadPause(uint64_t{ahead} * size, d.chunk_size);
-    // The lake was full: once resumed, the steps grow from small again.
-    d.streak_bytes = 0;
+    devices_[device].PauseAhead(uint64_t{ahead} * size);
   }
   return LeaseWhenLinked(device, count, size, out, epoch,
                          /*no_pressure=*/!may_press);

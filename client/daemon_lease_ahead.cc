@@ -118,9 +118,7 @@ void DaemonChunkSource::RefillLoop() {
       }
       d.grew = true;
     } else if (absl::IsResourceExhausted(s)) {
-      d.streak_bytes = 0;  // as on the malloc (LeaseWithAhead)
-      d.ahead_paused_bytes =
-          LeaseAheadPause(uint64_t{count} * size, d.chunk_size);
+      d.PauseAhead(uint64_t{count} * size);
     }
     d.refilling = false;
     d.refill_chunks = 0;
