@@ -460,6 +460,9 @@ TEST_F(DaemonGrowthTest, LeasingAheadResumesOncePressureMadeRoom) {
                             "after a refused lease ahead";
   std::printf("leases for 256 MiB grown after a refused lease ahead: %d\n",
               static_cast<int>(leases));
+  // The handler uses `give`: no call of it may outlive this scope
+  // (SetReclaimHandler waits for one in progress).
+  idle->SetReclaimHandler(nullptr);
   busy->ReturnSized(0, got);
 }
 
