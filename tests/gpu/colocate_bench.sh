@@ -12,6 +12,8 @@
 # Needs the wheel bundle (tests/gpu/bundle_python.sh).
 #   bash tests/gpu/colocate_bench.sh        # REPS=3 TURNS=4 SETTINGS=...
 #   (PAIR_TIMEOUT bounds each pair, NATIVE_TIMEOUT native's alone)
+#   STATS=1: GMLake's counters at every turn switch of each GMLake run, in
+#   OUT/turnstats_SETTING_REP.jsonl (tests/gpu/turn_stats_table.py)
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
 mkdir -p "${OUT}"
@@ -55,7 +57,11 @@ run_one() {  # setting, rep
       [[ "$s" == gmlake_* ]] && extra=",${!var:-}"
       start_gmlaked "${sockdir}" "${OUT}/gmlaked_${s}_${rep}.log"
       cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
-      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}" ;;
+      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}"
+      if [[ "${STATS:-0}" == 1 ]]; then
+        export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/turn_stats"
+        export GMLAKE_TURN_STATS="${OUT}/turnstats_${s}_${rep}.jsonl"
+      fi ;;
   esac
   local t0=$SECONDS
   # Native PyTorch thrashes rather than fails at this size (no run of it
@@ -64,7 +70,7 @@ run_one() {  # setting, rep
   [[ "$s" == native ]] && limit="${NATIVE_TIMEOUT:-${limit}}"
   timeout "${limit}" "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
   local rc=$?
-  unset PYTORCH_CUDA_ALLOC_CONF GMLAKE_CONF
+  unset PYTORCH_CUDA_ALLOC_CONF GMLAKE_CONF PYTHONPATH GMLAKE_TURN_STATS
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | while read -r kind json; do
     echo "{\"setting\": \"${s}\", \"rep\": ${rep}, \"kind\": \"${kind}\", \"data\": ${json}}" >> "${log}"
   done
