@@ -113,6 +113,22 @@ absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
   return v;
 }
 
+nlohmann::json MemoryCallsJson(const VmmCallSnapshot& calls) {
+  nlohmann::json out = nlohmann::json::object();
+  for (VmmCall c : kLakeCalls)
+    out[std::string(VmmCallName(c))] = calls.Count(c);
+  return out;
+}
+
+LakeCalls CallsFrom(const nlohmann::json& j) {
+  LakeCalls calls;
+  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
+    const std::string name(VmmCallName(kLakeCalls[k]));
+    if (j.contains(name)) calls[k] = j[name].get<uint64_t>();
+  }
+  return calls;
+}
+
 }  // namespace
 
 int LakeClientMain(const std::string& socket, const std::string& trace_path,
@@ -138,7 +154,10 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
     std::printf("ready\n");
     std::fflush(stdout);
     std::string line;
+    // Driver calls while idle (answering pressure) and while busy.
+    VmmCallSnapshot last_end = allocator.stats(0).driver_calls;
     while (std::getline(std::cin, line)) {
+      const VmmCallSnapshot start = allocator.stats(0).driver_calls;
       for (DevicePtr& p : ptr) {
         if (p != 0) allocator.Free(p).IgnoreError();
         p = 0;
@@ -173,6 +192,9 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
       out["allocated_now"] = st.allocated_bytes.current;
       out["chunks_returned"] = st.chunks_returned;
       out["pressure_requests"] = (*source)->pressure_requests();
+      out["busy_calls"] = MemoryCallsJson(st.driver_calls - start);
+      out["idle_calls"] = MemoryCallsJson(start - last_end);
+      last_end = st.driver_calls;
       out["seconds"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
               .count();
@@ -353,6 +375,8 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       p.leased_bytes = st.leased_bytes_total();
       p.floor_bytes = phase_floor[phase];
       p.seconds = d["seconds"].get<double>();
+      p.busy_calls = CallsFrom(d["busy_calls"]);
+      p.idle_calls = CallsFrom(d["idle_calls"]);
       p.start_seconds = started;
       process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
       result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);

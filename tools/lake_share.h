@@ -15,12 +15,14 @@
 #ifndef GMLAKE_TOOLS_LAKE_SHARE_H_
 #define GMLAKE_TOOLS_LAKE_SHARE_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/vmm.h"
 
 namespace gmlake {
 
@@ -49,6 +51,12 @@ struct LakeShareConfig {
   absl::Duration sample_every = absl::Milliseconds(20);
 };
 
+// The driver calls a lake client's phases count, in this order.
+inline constexpr std::array<VmmCall, 5> kLakeCalls = {
+    VmmCall::kCreate, VmmCall::kRelease, VmmCall::kMap, VmmCall::kUnmap,
+    VmmCall::kSetAccess};
+using LakeCalls = std::array<uint64_t, kLakeCalls.size()>;
+
 struct LakePhase {
   int round = 0;
   int client = 0;
@@ -67,6 +75,10 @@ struct LakePhase {
   uint64_t leased_bytes = 0;
   double seconds = 0;
   double start_seconds = 0;  // since the first phase began
+  // The busy client's driver calls (kLakeCalls) in the phase, and before
+  // it, while the others were busy (answering pressure).
+  LakeCalls busy_calls{};
+  LakeCalls idle_calls{};
 };
 
 // The node and each process at one moment, from gmlaked's Status.

@@ -126,6 +126,21 @@ void Progress(const std::string& line) {
 
 double Gib(uint64_t b) { return b / double(uint64_t{1} << 30); }
 
+uint64_t CallCount(const LakeCalls& calls, VmmCall call) {
+  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
+    if (kLakeCalls[k] == call) return calls[k];
+  }
+  return 0;
+}
+
+nlohmann::json CallsJson(const LakeCalls& calls) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
+    out[std::string(VmmCallName(kLakeCalls[k]))] = calls[k];
+  }
+  return out;
+}
+
 int LakeMain(const std::vector<std::string>& args) {
   LakeShareConfig config;
   config.trace_paths = TraceFiles(args);
@@ -199,6 +214,8 @@ int LakeMain(const std::vector<std::string>& args) {
            {"leases_failed", p.leases_failed},
            {"leased_chunks", p.leased_chunks},
            {"leased_bytes", p.leased_bytes},
+           {"busy_driver_calls", CallsJson(p.busy_calls)},
+           {"idle_driver_calls", CallsJson(p.idle_calls)},
            {"seconds", p.seconds}});
     }
     std::printf("%s\n", out.dump().c_str());
@@ -212,18 +229,26 @@ int LakeMain(const std::vector<std::string>& args) {
   // gmlaked's counters are totals since it started: a phase's leases and
   // chunks are the difference from the phase before (the first phase's
   // include whatever the daemon served before the run, none for a new one).
-  std::printf("%5s %-22s %14s %12s %12s %9s %7s %7s %8s\n", "round", "busy",
-              "its peak GiB", "node GiB", "floor GiB", "pressure", "leases",
-              "chunks", "seconds");
+  // Its driver calls: maps and unmaps while busy, and releases while idle
+  // before the phase (what answering pressure cost it).
+  std::printf("%5s %-22s %14s %12s %12s %9s %7s %7s %7s %7s %9s %8s\n", "round",
+              "busy", "its peak GiB", "node GiB", "floor GiB", "pressure",
+              "leases", "chunks", "maps", "unmaps", "idle rel.", "seconds");
   uint64_t leases_before = 0, chunks_before = 0;
   for (const LakePhase& p : r->phases) {
     std::printf(
-        "%5d %-22s %14.2f %12.2f %12.2f %9llu %7llu %7llu %8.1f\n", p.round + 1,
-        p.trace.c_str(), Gib(p.client_reserved_peak), Gib(p.node_bytes),
-        Gib(p.floor_bytes),
+        "%5d %-22s %14.2f %12.2f %12.2f %9llu %7llu %7llu %7llu %7llu %9llu "
+        "%8.1f\n",
+        p.round + 1, p.trace.c_str(), Gib(p.client_reserved_peak),
+        Gib(p.node_bytes), Gib(p.floor_bytes),
         static_cast<unsigned long long>(p.pressure_requests),
         static_cast<unsigned long long>(p.leases_served - leases_before),
         static_cast<unsigned long long>(p.leased_chunks - chunks_before),
+        static_cast<unsigned long long>(CallCount(p.busy_calls, VmmCall::kMap)),
+        static_cast<unsigned long long>(
+            CallCount(p.busy_calls, VmmCall::kUnmap)),
+        static_cast<unsigned long long>(
+            CallCount(p.idle_calls, VmmCall::kRelease)),
         p.seconds);
     leases_before = p.leases_served;
     chunks_before = p.leased_chunks;
