@@ -1219,6 +1219,38 @@ TEST_F(AllocatorTest, ReclaimReturnsWhatIsAskedFromChunksOfAnySize) {
   ASSERT_TRUE(allocator_->Free(keep).ok());
 }
 
+// The grow-or-stitch policy measures against the most the process has had
+// allocated, which torch.cuda.reset_peak_memory_stats() must not change: a
+// script that resets the peak each step (for its logs) or a process that
+// gave its cache back and regrows would otherwise stitch every growth from
+// the blocks its last step freed, paying a map and an access call per
+// chunk where a growth within the earlier peak maps new chunks once.
+TEST_F(AllocatorTest, ResettingThePeakLeavesTheGrowthPolicyAlone) {
+  for (bool reset : {false, true}) {
+    SCOPED_TRACE(reset ? "peak reset" : "peak kept");
+    Make(0, "max_chunk:2MiB");
+    std::vector<DevicePtr> first;
+    for (int i = 0; i < 8; ++i) first.push_back(MustMalloc(8 * kChunk));
+    for (DevicePtr p : first) ASSERT_TRUE(allocator_->Free(p).ok());
+    ASSERT_EQ(allocator_->EmptyCache(), 64 * kChunk);
+    // x | a | b | c, then a freed: 8 free chunks between live blocks.
+    DevicePtr x = MustMalloc(8 * kChunk);
+    DevicePtr a = MustMalloc(8 * kChunk);
+    DevicePtr b = MustMalloc(8 * kChunk);
+    DevicePtr c = MustMalloc(8 * kChunk);
+    ASSERT_TRUE(allocator_->Free(a).ok());
+    if (reset) allocator_->ResetPeaks(0);
+    // 12 chunks: no free block fits, and new chunks stay well within the
+    // peak of 64 chunks: grown, not stitched from a's chunks.
+    DevicePtr d = MustMalloc(12 * kChunk);
+    EXPECT_EQ(allocator_->stats(0).stitches, 0);
+    EXPECT_EQ(allocator_->stats(0).reserved_bytes.current,
+              int64_t{44 * kChunk});
+    for (DevicePtr p : {x, b, c, d}) ASSERT_TRUE(allocator_->Free(p).ok());
+    EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  }
+}
+
 // Free cache inside stitched blocks and dormant mappings: a stitch leaves
 // the old pages of its chunks mapped (dormant), and frees the stitched
 // block; a reclaim unmaps both views and returns the chunks.

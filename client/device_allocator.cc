@@ -211,6 +211,8 @@ void DeviceAllocator::CountLive(size_t size, size_t requested, bool small,
                                 int sign) {
   (sign > 0 ? stats_.num_mallocs : stats_.num_frees) += 1;
   stats_.allocated_bytes.Add(sign * static_cast<int64_t>(size), small);
+  most_allocated_ = std::max<uint64_t>(
+      most_allocated_, static_cast<uint64_t>(stats_.allocated_bytes.current));
   stats_.requested_bytes.Add(sign * static_cast<int64_t>(requested), small);
   stats_.allocation.Add(sign, small);
 }
@@ -1027,7 +1029,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     std::vector<Detached> stolen;
     std::vector<StreamHandle> streams;
     const uint64_t allocated_peak = std::max<uint64_t>(
-        stats_.allocated_bytes.peak, stats_.allocated_bytes.current + size);
+        most_allocated_, stats_.allocated_bytes.current + size);
     const bool grow = !lake_refused &&
                       GrowRatherThanStitch(
                           static_cast<uint64_t>(stats_.reserved_bytes.current),
@@ -1216,8 +1218,7 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   }
   if (best == 0) return cover;
   if (best_block != nullptr &&
-      !CoverNow(plan->arena->small, stranded_bytes_,
-                static_cast<uint64_t>(stats_.allocated_bytes.peak),
+      !CoverNow(plan->arena->small, stranded_bytes_, most_allocated_,
                 options_.cover_after)) {
     stranded_bytes_ += rest * page_size_;  // the lake makes the rest
     return cover;

@@ -582,6 +582,11 @@ class DeviceAllocator {
   std::vector<std::pair<DevicePtr, std::vector<StreamHandle>>>
       external_deferred_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+  // The most allocated at once, ever: what the policies (grow or stitch,
+  // cover) measure against. stats_'s peak is the caller's to reset
+  // (torch.cuda.reset_peak_memory_stats); a reset must not make the process
+  // stitch where it would have grown.
+  uint64_t most_allocated_ ABSL_GUARDED_BY(mu_) = 0;
   TraceRecorder trace_;
 };
 
