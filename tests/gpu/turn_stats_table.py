@@ -35,22 +35,36 @@ def rows_of(path):
     for pid in sorted({l["pid"] for l in lines}):
         mine = [l for l in lines if l["pid"] == pid]
         role = mine[0]["role"]
-        turn = 0
+        turn, was_busy = 0, False
+        rows = []
         for a, b in zip(mine, mine[1:]):
             # No counters yet: CUDA not started, so all of them are zero.
             if "error" in a["stats"] or "error" in b["stats"]:
                 continue
-            busy = a["turn"] == role
-            if busy:
+            # A role's last turns come after the other's last: "done-OTHER".
+            other = "infer" if role == "train" else "train"
+            busy = a["turn"] in (role, "done-" + other)
+            if busy and not was_busy:
                 turn += 1
-            row = dict(run=run, role=role, phase=f"turn {turn}" if busy else f"idle after {turn}",
+            phase = f"turn {turn}" if busy else (
+                f"idle after {turn}" if turn else "start")
+            row = dict(run=run, role=role, phase=phase,
                        seconds=round(b["t"] - a["t"], 3))
             for name, key in KEYS:
                 d = b["stats"].get(key, 0) - a["stats"].get(key, 0)
                 if name.endswith("_mib"):
                     d = d / 2**20
                 row[name] = round(d, 1) if isinstance(d, float) else d
-            out.append(row)
+            # The other role ending (its done- line) inside this one's turn
+            # splits it in two: one turn, summed.
+            if busy and was_busy and rows:
+                for k, v in row.items():
+                    if k not in ("run", "role", "phase"):
+                        rows[-1][k] = round(rows[-1][k] + v, 3)
+            else:
+                rows.append(row)
+            was_busy = busy
+        out += rows
     return out
 
 
