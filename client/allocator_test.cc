@@ -1219,6 +1219,21 @@ TEST_F(AllocatorTest, ReclaimReturnsWhatIsAskedFromChunksOfAnySize) {
   ASSERT_TRUE(allocator_->Free(keep).ok());
 }
 
+// gmlake.slow_path_us is the time mallocs spent where no free block fit:
+// it holds the wait for the lake's chunks, and a malloc a free block serves
+// adds nothing to it.
+TEST_F(AllocatorTest, SlowPathTimeHoldsTheWaitForChunks) {
+  DevicePtr a = MustMalloc(32 * kChunk);
+  const AllocatorStats grown = allocator_->stats(0);
+  EXPECT_GT(grown.slow_path_us, 0);
+  EXPECT_GE(grown.slow_path_us, grown.acquire_us);
+  ASSERT_TRUE(allocator_->Free(a).ok());
+  DevicePtr b = MustMalloc(32 * kChunk);
+  EXPECT_EQ(allocator_->stats(0).slow_path_us, grown.slow_path_us);
+  EXPECT_NE(grown.ToJson().find("\"gmlake.slow_path_us\":"), std::string::npos);
+  ASSERT_TRUE(allocator_->Free(b).ok());
+}
+
 // The grow-or-stitch policy measures against the most the process has had
 // allocated, which torch.cuda.reset_peak_memory_stats() must not change: a
 // script that resets the peak each step (for its logs) or a process that

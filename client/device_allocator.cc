@@ -118,6 +118,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   if (b != nullptr) {
     pool->free.Remove(b);
   } else {
+    const absl::Time slow_start = absl::Now();
     absl::StatusOr<Block*> grown = Grow(pool, rounded);
     // The retries wait for every stream: not while a capture is under way.
     for (int round = 0; round < 3 && !capturing() && !grown.ok() &&
@@ -148,6 +149,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
         options_.stitch) {
       grown = Remake(pool, rounded, grown.status());
     }
+    stats_.slow_path_us += absl::ToInt64Microseconds(absl::Now() - slow_start);
     // PyTorch's last resort: pools made with use_on_oom lend free blocks
     // to default memory.
     if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&

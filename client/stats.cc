@@ -79,6 +79,7 @@ void AllocatorStats::Merge(const AllocatorStats& o) {
   reclaim_returned_bytes += o.reclaim_returned_bytes;
   remade_bytes += o.remade_bytes;
   acquire_us += o.acquire_us;
+  slow_path_us += o.slow_path_us;
   dormant_chunks += o.dormant_chunks;
   reactivations += o.reactivations;
   covers += o.covers;
@@ -133,6 +134,7 @@ std::string AllocatorStats::ToJson() const {
       ",\"gmlake.chunks_acquired\":", chunks_acquired,
       ",\"gmlake.chunks_returned\":", chunks_returned,
       ",\"gmlake.acquire_us\":", acquire_us,
+      ",\"gmlake.slow_path_us\":", slow_path_us,
       ",\"gmlake.cross_stream_reuses\":", cross_stream_reuses,
       ",\"gmlake.host_waits\":", host_waits,
       ",\"gmlake.reclaim_waits\":", reclaim_waits,

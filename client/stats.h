@@ -83,6 +83,10 @@ struct AllocatorStats {
   // Time malloc spent waiting for the lake's chunks (AcquireBytes: the
   // embedded lake's creates, or gmlaked's lease, claim and imports), us.
   int64_t acquire_us = 0;
+  // Wall time mallocs spent in the slow path (no free block fit: growing,
+  // stitching, retrying), us. It holds acquire_us and the slow path's
+  // driver calls; the rest is the allocator's own planning.
+  int64_t slow_path_us = 0;
   int64_t cross_stream_reuses = 0;
   // Times malloc or free blocked the calling thread until GPU work finished
   // (an event or stream synchronisation). The design keeps this at 0 for a

@@ -35,7 +35,7 @@ res, st = {}, {}
 for line in open(log):
     if line.startswith("RESULT "): res = json.loads(line[7:])
     if line.startswith("GMLAKE_STATS "): st = json.loads(line[13:])
-keys = ("stitches", "chunks_stolen", "chunks_acquired", "reactivations", "acquire_us",
+keys = ("stitches", "chunks_stolen", "chunks_acquired", "reactivations", "acquire_us", "slow_path_us",
         "driver_calls.map", "driver_calls.unmap", "driver_calls.set_access", "driver_calls.create",
         "driver_us", "driver_time_us.set_access", "driver_time_us.unmap", "driver_time_us.create",
         "driver_time_us.map")

@@ -19,6 +19,7 @@ KEYS = [
     ("unmap_us", "gmlake.driver_time_us.unmap"),
     ("release_us", "gmlake.driver_time_us.release"),
     ("acquire_us", "gmlake.acquire_us"),
+    ("slow_path_us", "gmlake.slow_path_us"),
     ("chunks_acquired", "gmlake.chunks_acquired"),
     ("chunks_returned", "gmlake.chunks_returned"),
     ("stitches", "gmlake.stitches"),
