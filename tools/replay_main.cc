@@ -384,6 +384,7 @@ int Main(int argc, char** argv) {
     out["calls_for_second_half_peak"] = r->calls_for_second_half_peak;
     out["stitches"] = r->stats.stitches;
     out["reactivations"] = r->stats.reactivations;
+    out["slow_path_seconds"] = r->stats.slow_path_us / 1e6;
     out["covers"] = r->stats.covers;
     out["dormant_chunks"] = r->stats.dormant_chunks;
     out["chunks_stolen"] = r->stats.chunks_stolen;
