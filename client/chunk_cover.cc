@@ -10,9 +10,11 @@ size_t MaxCoverPages(size_t rest, size_t room, size_t max_extra) {
   return rest + std::min(room, max_extra);
 }
 
-bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages) {
+bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages,
+                 bool largest) {
   if (pages <= rest || pages > max_pages) return false;
-  return best == 0 || pages < best;
+  if (best == 0) return true;
+  return largest ? pages > best : pages < best;
 }
 
 bool CoverNow(bool small_pool, uint64_t stranded, uint64_t allocated_peak,

@@ -24,6 +24,17 @@ TEST(BetterCoverTest, TheSmallestChunkLargerThanTheRest) {
   EXPECT_FALSE(BetterCover(2, 2, 1, 3));  // a tie keeps the first
 }
 
+TEST(BetterCoverTest, TheLargestWithinTheBoundForAGrowingTensor) {
+  // The large pool: a one-page rest among free chunks of 2, 4 and 8 pages,
+  // up to 5: the 4-page chunk, whose three extra pages the next steps of
+  // a growing tensor grow into with no call.
+  EXPECT_TRUE(BetterCover(2, 0, 1, 5, /*largest=*/true));
+  EXPECT_TRUE(BetterCover(4, 2, 1, 5, true));  // more extra pages
+  EXPECT_FALSE(BetterCover(2, 4, 1, 5, true));
+  EXPECT_FALSE(BetterCover(8, 4, 1, 5, true));  // past the bound
+  EXPECT_FALSE(BetterCover(4, 4, 1, 5, true));  // a tie keeps the first
+}
+
 TEST(CoverNowTest, TheSmallPoolAtOnceTheLargeOnceEnoughIsStranded) {
   constexpr uint64_t kGiB = uint64_t{1} << 30;
   EXPECT_TRUE(CoverNow(/*small_pool=*/true, 0, 10 * kGiB, 0.002));

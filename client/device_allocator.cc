@@ -1186,11 +1186,13 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   const size_t max_pages =
       MaxCoverPages(rest, std::max(after, before), max_extra);
   if (max_pages <= rest) return cover;
+  // The large pool takes the largest cover within the bound (BetterCover).
+  const bool largest = !a->small;
   // Held unmapped first (no steal), then whole free chunks of free blocks.
   size_t best = 0, best_cached = cached_.size();
   for (size_t i = 0; i < cached_.size(); ++i) {
     const size_t n = cached_[i].size / page_size_;
-    if (BetterCover(n, best, rest, max_pages)) {
+    if (BetterCover(n, best, rest, max_pages, largest)) {
       best = n;
       best_cached = i;
     }
@@ -1207,7 +1209,7 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
         const auto [first, last] = WholeChunksIn(b);
         for (size_t q = first; q < last; q += ba->chunk_pages[q]) {
           const size_t n = ba->chunk_pages[q];
-          if (BetterCover(n, best, rest, max_pages) ||
+          if (BetterCover(n, best, rest, max_pages, largest) ||
               (n == best && best_block != nullptr &&
                b->size < best_block->size)) {
             best = n;

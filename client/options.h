@@ -80,9 +80,10 @@ struct AllocatorOptions {
   // in its way (docs/design.md, "A KV cache that grows"). 0: never.
   double grow_reach = 0.0625;
   // cover_tail: when every free chunk is larger than what a mapping still
-  // misses, the smallest of them is mapped whole if its extra bytes, at
-  // most this many, fit unmapped beside the mapping: they become a free
-  // tail of the new block instead of a new chunk from the lake
+  // misses, one of them (the small pool: the smallest; the large pool: the
+  // largest, a free tail a growing tensor uses) is mapped whole if its extra
+  // bytes, at most this many, fit unmapped beside the mapping: they become a
+  // free tail of the new block instead of a new chunk from the lake
   // (client/chunk_cover.h, docs/design.md "Chunk sizes"). 32 MiB lets a
   // tensor that grows by a page take one of the 16 MiB chunks a KV cache's
   // prefill was cut into (with max_dormant below: colocate_infer's replay
