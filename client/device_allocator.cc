@@ -213,8 +213,10 @@ void DeviceAllocator::CountLive(size_t size, size_t requested, bool small,
                                 int sign) {
   (sign > 0 ? stats_.num_mallocs : stats_.num_frees) += 1;
   stats_.allocated_bytes.Add(sign * static_cast<int64_t>(size), small);
-  most_allocated_ = std::max<uint64_t>(
-      most_allocated_, static_cast<uint64_t>(stats_.allocated_bytes.current));
+  if (sign > 0) {
+    most_allocated_ = std::max<uint64_t>(
+        most_allocated_, static_cast<uint64_t>(stats_.allocated_bytes.current));
+  }
   stats_.requested_bytes.Add(sign * static_cast<int64_t>(requested), small);
   stats_.allocation.Add(sign, small);
 }
@@ -1569,11 +1571,13 @@ uint64_t DeviceAllocator::Reclaim(uint64_t bytes) {
   // gmlaked for the room: it goes on once the first pieces are back.
   constexpr uint64_t kPiece = uint64_t{512} << 20;
   uint64_t given = 0;
-  while (given < bytes) {
-    const uint64_t got = ReleaseFree(std::min(bytes - given, kPiece),
-                                     &AllocatorStats::reclaim_waits);
-    if (got == 0) break;
-    given += got;
+  if (SettleToRelease(&AllocatorStats::reclaim_waits)) {
+    while (given < bytes) {
+      const uint64_t got = GiveBackFree(std::min(bytes - given, kPiece),
+                                        &AllocatorStats::reclaim_waits);
+      if (got == 0) break;
+      given += got;
+    }
   }
   ++stats_.reclaims;
   stats_.reclaim_asked_bytes += static_cast<int64_t>(bytes);
@@ -1588,8 +1592,13 @@ uint64_t DeviceAllocator::EmptyCache() {
 }
 
 uint64_t DeviceAllocator::ReleaseFree(uint64_t bytes, WaitCounter counter) {
+  if (!SettleToRelease(counter)) return 0;
+  return GiveBackFree(bytes, counter);
+}
+
+bool DeviceAllocator::SettleToRelease(WaitCounter counter) {
   // Releasing waits for every stream: never while a capture is under way.
-  if (capturing()) return 0;
+  if (capturing()) return false;
   // Everything free becomes whole chunks in free blocks or the cache: held
   // back blocks come back, blocks of different streams sharing a chunk
   // merge, and dormant views (a stitch's old pages) are unmapped, so a
@@ -1599,6 +1608,10 @@ uint64_t DeviceAllocator::ReleaseFree(uint64_t bytes, WaitCounter counter) {
     MergeSettledNeighbours();
     UnmapDormant(/*settled=*/true);
   }
+  return true;
+}
+
+uint64_t DeviceAllocator::GiveBackFree(uint64_t bytes, WaitCounter counter) {
   const size_t want = static_cast<size_t>(bytes / page_size_ +
                                           (bytes % page_size_ != 0 ? 1 : 0));
   // At least what is asked: a chunk larger than the rest still goes (the

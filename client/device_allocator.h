@@ -326,6 +326,14 @@ class DeviceAllocator {
   // the calls. Returns the bytes given.
   uint64_t ReleaseFree(uint64_t bytes, WaitCounter counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReleaseFree's first step: wait for every stream, then make everything
+  // free whole chunks in free blocks or the cache. False while a capture
+  // is under way (nothing may go back then).
+  bool SettleToRelease(WaitCounter counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReleaseFree's second: gives back at least `bytes` of what is free now
+  // (a wait for a stream counted in `counter`).
+  uint64_t GiveBackFree(uint64_t bytes, WaitCounter counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last resort of a request the lake refused after every retry: free
   // cache no slow path could use for it (another arena's, chunks larger
   // than it can map) goes back to the lake, just what it needs first, then
