@@ -17,6 +17,11 @@ bool BetterCover(size_t pages, size_t best, size_t rest, size_t max_pages,
   return largest ? pages > best : pages < best;
 }
 
+bool CoverBeforeStealing(bool small_pool, bool grows_free_block,
+                         size_t rest_pages) {
+  return !small_pool && grows_free_block && rest_pages == 1;
+}
+
 bool CoverNow(bool small_pool, uint64_t stranded, uint64_t allocated_peak,
               double after) {
   if (small_pool || after <= 0) return true;

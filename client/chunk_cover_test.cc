@@ -35,6 +35,14 @@ TEST(BetterCoverTest, TheLargestWithinTheBoundForAGrowingTensor) {
   EXPECT_FALSE(BetterCover(4, 4, 1, 5, true));  // a tie keeps the first
 }
 
+TEST(CoverBeforeStealingTest, AFreeBlockOfTheLargePoolGrowingByOnePage) {
+  EXPECT_TRUE(CoverBeforeStealing(/*small_pool=*/false,
+                                  /*grows_free_block=*/true, 1));
+  EXPECT_FALSE(CoverBeforeStealing(false, true, 2));   // a larger shortfall
+  EXPECT_FALSE(CoverBeforeStealing(false, false, 1));  // a mapping of its own
+  EXPECT_FALSE(CoverBeforeStealing(true, true, 1));    // the small pool
+}
+
 TEST(CoverNowTest, TheSmallPoolAtOnceTheLargeOnceEnoughIsStranded) {
   constexpr uint64_t kGiB = uint64_t{1} << 30;
   EXPECT_TRUE(CoverNow(/*small_pool=*/true, 0, 10 * kGiB, 0.002));

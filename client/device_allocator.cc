@@ -1040,13 +1040,22 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
                           uint64_t{plan->pages - have} * page_size_,
                           allocated_peak, options_.grow_slack);
     const bool steal = options_.stitch && !grow && !capture;
+    // A free block growing by a page: a cover first (CoverBeforeStealing).
+    Cover cover;
+    if (have < plan->pages && steal &&
+        CoverBeforeStealing(pool->small,
+                            plan->keep_a != nullptr || plan->keep_b != nullptr,
+                            plan->pages - have)) {
+      cover = CoverRest(&*plan, plan->pages - have, steal, &chunks, &stolen,
+                        &streams);
+      if (cover.handle != 0) have = plan->pages;
+    }
     if (have < plan->pages && steal) {
       have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
                          &stolen, &streams, /*at_least=*/false);
     }
     // Every free chunk left is larger than the rest: one of them whole,
     // its extra pages a free tail, rather than a new chunk.
-    Cover cover;
     if (have < plan->pages) {
       cover = CoverRest(&*plan, plan->pages - have, steal, &chunks, &stolen,
                         &streams);
