@@ -34,10 +34,12 @@ class CallTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Event and stream calls: everything from kEventCreate on.
-bool IsEventCall(int i) { return i >= static_cast<int>(VmmCall::kEventCreate); }
-
 }  // namespace
+
+bool IsMemoryCall(VmmCall call) {
+  // Event and stream calls: everything from kEventCreate on.
+  return call < VmmCall::kEventCreate;
+}
 
 absl::string_view VmmCallName(VmmCall call) {
   return kCallNames[static_cast<int>(call)];
@@ -46,7 +48,7 @@ absl::string_view VmmCallName(VmmCall call) {
 uint64_t VmmCallSnapshot::MemoryCalls() const {
   uint64_t n = 0;
   for (int i = 0; i < kNumVmmCalls; ++i) {
-    if (!IsEventCall(i)) n += count[i];
+    if (IsMemoryCall(static_cast<VmmCall>(i))) n += count[i];
   }
   return n;
 }

@@ -82,6 +82,8 @@ inline constexpr int kNumVmmCalls = static_cast<int>(VmmCall::kNumCalls);
 
 // The short name of a call kind ("create", "map", ...), for tables and JSON.
 absl::string_view VmmCallName(VmmCall call);
+// Whether a call kind changes memory state (not an event or stream call).
+bool IsMemoryCall(VmmCall call);
 
 // A plain copy of the counters at one moment.
 struct VmmCallSnapshot {

@@ -223,12 +223,13 @@ TEST(LakeShareTest, TheColocationPairTakesTurnsInALakeNearItsFloor) {
       r->phases[2].leases_served - r->phases[1].leases_served;
   EXPECT_LE(second_turn_leases, 200u);
   // Each phase counts the busy process's driver calls, and what the idle
-  // one released answering pressure (kLakeCalls: create, release, map).
-  static_assert(kLakeCalls[1] == VmmCall::kRelease &&
-                kLakeCalls[2] == VmmCall::kMap);
-  for (const LakePhase& p : r->phases) EXPECT_GT(p.busy_calls[2], 1000u);
-  EXPECT_GT(r->phases[2].idle_calls[1], 1000u);  // the trainer gave back
-  EXPECT_GT(r->phases[3].idle_calls[1], 1000u);  // the inference role did
+  // one released answering pressure.
+  for (const LakePhase& p : r->phases) {
+    EXPECT_GT(p.busy_calls.Count(VmmCall::kMap), 1000u);
+  }
+  // The trainer gave back, then the inference role did.
+  EXPECT_GT(r->phases[2].idle_calls.Count(VmmCall::kRelease), 1000u);
+  EXPECT_GT(r->phases[3].idle_calls.Count(VmmCall::kRelease), 1000u);
   std::printf(
       "node peak %.4f x the floor in a lake of %.3f x; %llu leases refused; "
       "%llu lease calls in the trainer's second turn\n",

@@ -113,23 +113,26 @@ absl::StatusOr<NodeView> Node(gmlake::v1::Lake::Stub* stub) {
   return v;
 }
 
-nlohmann::json MemoryCallsJson(const VmmCallSnapshot& calls) {
+}  // namespace
+
+nlohmann::json MemoryCallCounts(const VmmCallSnapshot& calls) {
   nlohmann::json out = nlohmann::json::object();
-  for (VmmCall c : kLakeCalls)
-    out[std::string(VmmCallName(c))] = calls.Count(c);
+  for (int c = 0; c < kNumVmmCalls; ++c) {
+    const VmmCall call = static_cast<VmmCall>(c);
+    if (IsMemoryCall(call))
+      out[std::string(VmmCallName(call))] = calls.Count(call);
+  }
   return out;
 }
 
-LakeCalls CallsFrom(const nlohmann::json& j) {
-  LakeCalls calls;
-  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
-    const std::string name(VmmCallName(kLakeCalls[k]));
-    if (j.contains(name)) calls[k] = j[name].get<uint64_t>();
+VmmCallSnapshot MemoryCallCountsFrom(const nlohmann::json& counts) {
+  VmmCallSnapshot calls;
+  for (int c = 0; c < kNumVmmCalls; ++c) {
+    const std::string name(VmmCallName(static_cast<VmmCall>(c)));
+    if (counts.contains(name)) calls.count[c] = counts[name].get<uint64_t>();
   }
   return calls;
 }
-
-}  // namespace
 
 int LakeClientMain(const std::string& socket, const std::string& trace_path,
                    const std::string& conf) {
@@ -192,8 +195,8 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
       out["allocated_now"] = st.allocated_bytes.current;
       out["chunks_returned"] = st.chunks_returned;
       out["pressure_requests"] = (*source)->pressure_requests();
-      out["busy_calls"] = MemoryCallsJson(st.driver_calls - start);
-      out["idle_calls"] = MemoryCallsJson(start - last_end);
+      out["busy_calls"] = MemoryCallCounts(st.driver_calls - start);
+      out["idle_calls"] = MemoryCallCounts(start - last_end);
       last_end = st.driver_calls;
       out["seconds"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
@@ -375,8 +378,8 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
       p.leased_bytes = st.leased_bytes_total();
       p.floor_bytes = phase_floor[phase];
       p.seconds = d["seconds"].get<double>();
-      p.busy_calls = CallsFrom(d["busy_calls"]);
-      p.idle_calls = CallsFrom(d["idle_calls"]);
+      p.busy_calls = MemoryCallCountsFrom(d["busy_calls"]);
+      p.idle_calls = MemoryCallCountsFrom(d["idle_calls"]);
       p.start_seconds = started;
       process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
       result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);

@@ -15,7 +15,6 @@
 #ifndef GMLAKE_TOOLS_LAKE_SHARE_H_
 #define GMLAKE_TOOLS_LAKE_SHARE_H_
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/vmm.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace gmlake {
 
@@ -51,11 +51,10 @@ struct LakeShareConfig {
   absl::Duration sample_every = absl::Milliseconds(20);
 };
 
-// The driver calls a lake client's phases count, in this order.
-inline constexpr std::array<VmmCall, 5> kLakeCalls = {
-    VmmCall::kCreate, VmmCall::kRelease, VmmCall::kMap, VmmCall::kUnmap,
-    VmmCall::kSetAccess};
-using LakeCalls = std::array<uint64_t, kLakeCalls.size()>;
+// The memory calls of `calls` by name ({"map": 3, ...}; event calls and
+// nanoseconds left out), and back.
+nlohmann::json MemoryCallCounts(const VmmCallSnapshot& calls);
+VmmCallSnapshot MemoryCallCountsFrom(const nlohmann::json& counts);
 
 struct LakePhase {
   int round = 0;
@@ -75,10 +74,10 @@ struct LakePhase {
   uint64_t leased_bytes = 0;
   double seconds = 0;
   double start_seconds = 0;  // since the first phase began
-  // The busy client's driver calls (kLakeCalls) in the phase, and before
+  // The busy client's driver calls in the phase (counts only), and before
   // it, while the others were busy (answering pressure).
-  LakeCalls busy_calls{};
-  LakeCalls idle_calls{};
+  VmmCallSnapshot busy_calls;
+  VmmCallSnapshot idle_calls;
 };
 
 // The node and each process at one moment, from gmlaked's Status.

@@ -126,21 +126,6 @@ void Progress(const std::string& line) {
 
 double Gib(uint64_t b) { return b / double(uint64_t{1} << 30); }
 
-uint64_t CallCount(const LakeCalls& calls, VmmCall call) {
-  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
-    if (kLakeCalls[k] == call) return calls[k];
-  }
-  return 0;
-}
-
-nlohmann::json CallsJson(const LakeCalls& calls) {
-  nlohmann::json out = nlohmann::json::object();
-  for (size_t k = 0; k < kLakeCalls.size(); ++k) {
-    out[std::string(VmmCallName(kLakeCalls[k]))] = calls[k];
-  }
-  return out;
-}
-
 int LakeMain(const std::vector<std::string>& args) {
   LakeShareConfig config;
   config.trace_paths = TraceFiles(args);
@@ -214,8 +199,8 @@ int LakeMain(const std::vector<std::string>& args) {
            {"leases_failed", p.leases_failed},
            {"leased_chunks", p.leased_chunks},
            {"leased_bytes", p.leased_bytes},
-           {"busy_driver_calls", CallsJson(p.busy_calls)},
-           {"idle_driver_calls", CallsJson(p.idle_calls)},
+           {"busy_driver_calls", MemoryCallCounts(p.busy_calls)},
+           {"idle_driver_calls", MemoryCallCounts(p.idle_calls)},
            {"seconds", p.seconds}});
     }
     std::printf("%s\n", out.dump().c_str());
@@ -244,11 +229,9 @@ int LakeMain(const std::vector<std::string>& args) {
         static_cast<unsigned long long>(p.pressure_requests),
         static_cast<unsigned long long>(p.leases_served - leases_before),
         static_cast<unsigned long long>(p.leased_chunks - chunks_before),
-        static_cast<unsigned long long>(CallCount(p.busy_calls, VmmCall::kMap)),
-        static_cast<unsigned long long>(
-            CallCount(p.busy_calls, VmmCall::kUnmap)),
-        static_cast<unsigned long long>(
-            CallCount(p.idle_calls, VmmCall::kRelease)),
+        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kMap)),
+        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kUnmap)),
+        static_cast<unsigned long long>(p.idle_calls.Count(VmmCall::kRelease)),
         p.seconds);
     leases_before = p.leases_served;
     chunks_before = p.leased_chunks;
