@@ -35,7 +35,9 @@ void Replay(const Trace& trace, Allocator* allocator) {
     }
   }
   for (DevicePtr p : ptr) {
-    if (p != 0) ASSERT_TRUE(allocator->Free(p).ok());
+    if (p != 0) {
+      ASSERT_TRUE(allocator->Free(p).ok());
+    }
   }
 }
 
