@@ -16,6 +16,7 @@
 #include "common/vmm.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
+#include "tools/replay.h"
 #include "tools/trace.h"
 
 namespace gmlake {
@@ -24,16 +25,7 @@ namespace {
 // Replays `trace` on `allocator`, then frees what it left live.
 void Replay(const Trace& trace, Allocator* allocator) {
   std::vector<DevicePtr> ptr(trace.num_ids, 0);
-  for (const TraceEvent& e : trace.events) {
-    if (e.alloc) {
-      absl::StatusOr<DevicePtr> p = allocator->Malloc(e.size, 0, e.stream);
-      ASSERT_TRUE(p.ok()) << p.status();
-      ptr[e.id] = *p;
-    } else if (ptr[e.id] != 0) {
-      ASSERT_TRUE(allocator->Free(ptr[e.id]).ok());
-      ptr[e.id] = 0;
-    }
-  }
+  ASSERT_TRUE(ReplayEvents(trace, allocator, &ptr).ok());
   for (DevicePtr p : ptr) {
     if (p != 0) {
       ASSERT_TRUE(allocator->Free(p).ok());

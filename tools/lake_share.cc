@@ -29,6 +29,7 @@
 #include "proto/gmlake.grpc.pb.h"
 #include "tools/daemon_process.h"
 #include "tools/progress_line.h"
+#include "tools/replay.h"
 #include "tools/subprocess.h"
 #include "tools/trace.h"
 
@@ -169,27 +170,11 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
       if (line != "run") return fail(absl::StrCat("unknown command ", line));
       allocator.ResetPeaks();
       const auto t0 = std::chrono::steady_clock::now();
-      std::string error;
-      for (const TraceEvent& e : trace->events) {
-        if (e.alloc) {
-          absl::StatusOr<DevicePtr> p = allocator.Malloc(e.size, 0, e.stream);
-          if (!p.ok()) {
-            error = std::string(p.status().message());
-            break;
-          }
-          ptr[e.id] = *p;
-        } else if (ptr[e.id] != 0) {
-          if (absl::Status s = allocator.Free(ptr[e.id]); !s.ok()) {
-            error = std::string(s.message());
-            break;
-          }
-          ptr[e.id] = 0;
-        }
-      }
+      const absl::Status replayed = ReplayEvents(*trace, &allocator, &ptr);
       const AllocatorStats st = allocator.stats(0);
       nlohmann::json out;
-      out["ok"] = error.empty();
-      out["error"] = error;
+      out["ok"] = replayed.ok();
+      out["error"] = std::string(replayed.message());
       out["reserved_peak"] = st.reserved_bytes.peak;
       out["reserved_now"] = st.reserved_bytes.current;
       out["allocated_now"] = st.allocated_bytes.current;
@@ -203,7 +188,7 @@ int LakeClientMain(const std::string& socket, const std::string& trace_path,
               .count();
       std::printf("done %s\n", out.dump().c_str());
       std::fflush(stdout);
-      if (!error.empty()) break;
+      if (!replayed.ok()) break;
     }
   }
   return 0;

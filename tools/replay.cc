@@ -27,6 +27,22 @@ double Percentile(std::vector<uint32_t>* v, double q) {
 
 }  // namespace
 
+absl::Status ReplayEvents(const Trace& trace, Allocator* allocator,
+                          std::vector<DevicePtr>* ptr) {
+  for (const TraceEvent& e : trace.events) {
+    DevicePtr& p = (*ptr)[e.id];
+    if (e.alloc) {
+      absl::StatusOr<DevicePtr> got = allocator->Malloc(e.size, 0, e.stream);
+      if (!got.ok()) return got.status();
+      p = *got;
+    } else if (p != 0) {
+      if (absl::Status s = allocator->Free(p); !s.ok()) return s;
+      p = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
                                          const ReplayConfig& config,
                                          uint64_t capacity) {

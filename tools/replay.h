@@ -9,8 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/allocator.h"
 #include "client/stats.h"
 #include "common/vmm.h"
 #include "tools/trace.h"
@@ -63,6 +66,13 @@ struct ReplayResult {
 // Replays `trace` once with `capacity` bytes per device (0: none). Errors
 // other than out-of-memory (bad backend, broken books) are returned as
 // statuses; out-of-memory is a result with completed == false.
+// Replays `trace`'s events onto `allocator` (device 0). `ptr` holds the
+// live pointers by trace id (trace.num_ids of them, 0 where none), so that
+// a caller replaying the trace again frees first what the last run left.
+// Stops at the first failure and returns it.
+absl::Status ReplayEvents(const Trace& trace, Allocator* allocator,
+                          std::vector<DevicePtr>* ptr);
+
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
                                          const ReplayConfig& config,
                                          uint64_t capacity);
