@@ -12,7 +12,8 @@
 # Needs the wheel bundle (tests/gpu/bundle_python.sh).
 #   bash tests/gpu/colocate_bench.sh        # REPS=3 TURNS=4 SETTINGS=...
 #   (PAIR_TIMEOUT bounds each pair, NATIVE_TIMEOUT native's alone)
-#   STATS=1: GMLake's counters at every turn switch of each GMLake run, in
+#   STATS=1: the allocator's counters at every turn switch of each run
+#   (GMLake's, or native PyTorch's cudaMalloc/cudaFree calls and retries), in
 #   OUT/turnstats_SETTING_REP.jsonl (tests/gpu/turn_stats_table.py)
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
@@ -57,12 +58,12 @@ run_one() {  # setting, rep
       [[ "$s" == gmlake_* ]] && extra=",${!var:-}"
       start_gmlaked "${sockdir}" "${OUT}/gmlaked_${s}_${rep}.log"
       cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
-      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}"
-      if [[ "${STATS:-0}" == 1 ]]; then
-        export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/turn_stats"
-        export GMLAKE_TURN_STATS="${OUT}/turnstats_${s}_${rep}.jsonl"
-      fi ;;
+      export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}" ;;
   esac
+  if [[ "${STATS:-0}" == 1 ]]; then
+    export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/turn_stats"
+    export GMLAKE_TURN_STATS="${OUT}/turnstats_${s}_${rep}.jsonl"
+  fi
   local t0=$SECONDS
   # Native PyTorch thrashes rather than fails at this size (no run of it
   # finished within 150 s on the H200): NATIVE_TIMEOUT bounds it alone.

@@ -2,8 +2,9 @@
 """Per-turn deltas of GMLake's counters from turn_stats/sitecustomize.py's
 lines (GMLAKE_TURN_STATS files of colocate_bench.sh, STATS=1): for each run
 and role, what each of its turns cost (driver time by call, waiting for
-chunks, chunks made and given back) and what it did while the other role
-worked (answering pressure). Prints a table; --json prints the rows.
+chunks, chunks made and given back; under native PyTorch its cudaMalloc and
+cudaFree calls and retries) and what it did while the other role worked
+(answering pressure). Prints a table; --json prints the rows.
 
   python3 tests/gpu/turn_stats_table.py [--json] OUT/turnstats_*.jsonl
 """
@@ -26,6 +27,11 @@ KEYS = [
     ("reclaims", "gmlake.reclaims"),
     ("reclaim_returned_mib", "gmlake.reclaim_returned_bytes"),
     ("host_waits", "gmlake.host_waits"),
+    # Native PyTorch (no GMLake): cudaMalloc / cudaFree calls, and
+    # allocations retried after freeing the whole cache.
+    ("cuda_mallocs", "torch.num_device_alloc"),
+    ("cuda_frees", "torch.num_device_free"),
+    ("alloc_retries", "torch.num_alloc_retries"),
 ]
 
 

@@ -6,7 +6,9 @@
 # and GMLAKE_TURN_STATS=FILE, a thread of each role watches the pair's turn
 # file (--dir D: D/turn) and, whenever it changes, appends one JSON line to
 # FILE: the role, the turn file's new content, the time, and every gmlake.*
-# counter. tests/gpu/turn_stats_table.py makes per-turn deltas of them.
+# counter (under native PyTorch: its own counts of cudaMalloc, cudaFree and
+# of allocations retried after freeing the cache, as torch.*).
+# tests/gpu/turn_stats_table.py makes per-turn deltas of them.
 import json as _json
 import os as _os
 import sys as _sys
@@ -23,12 +25,18 @@ def _turn_file():
     return (role, _os.path.join(d, "turn")) if role and d else None
 
 
+_TORCH_KEYS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+
+
 def _snapshot():
     try:
         gm = _sys.modules.get("gmlake")
         torch = _sys.modules.get("torch")
-        if gm is None or torch is None or not torch.cuda.is_initialized():
+        if torch is None or not torch.cuda.is_initialized():
             return {}
+        if gm is None:
+            st = torch.cuda.memory_stats()
+            return {"torch." + k: st.get(k, 0) for k in _TORCH_KEYS}
         return {k: v for k, v in gm.memory_stats().items() if k.startswith("gmlake.")}
     except Exception as e:  # diagnosis only: never break the workload
         return {"error": repr(e)[:200]}
