@@ -65,8 +65,10 @@ run_one() {  # setting, rep
     export GMLAKE_TURN_STATS="${OUT}/turnstats_${s}_${rep}.jsonl"
   fi
   local t0=$SECONDS
-  # Native PyTorch thrashes rather than fails at this size (no run of it
-  # finished within 150 s on the H200): NATIVE_TIMEOUT bounds it alone.
+  # Where native PyTorch runs out of memory, the pair still runs to its
+  # limit (colocate.py's trainer writes its partner's turn over the
+  # partner's "done-" mark and waits for it; docs/benchmarks.md, fourth
+  # session): NATIVE_TIMEOUT bounds native alone.
   local limit="${PAIR_TIMEOUT:-420}"
   [[ "$s" == native ]] && limit="${NATIVE_TIMEOUT:-${limit}}"
   timeout "${limit}" "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
@@ -75,6 +77,10 @@ run_one() {  # setting, rep
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | while read -r kind json; do
     echo "{\"setting\": \"${s}\", \"rep\": ${rep}, \"kind\": \"${kind}\", \"data\": ${json}}" >> "${log}"
   done
+  # A pair that printed nothing (killed at its limit) still gets its row.
+  if ! grep -q '^PAIR' "${OUT}/pair_${s}_${rep}.log"; then
+    echo "{\"setting\": \"${s}\", \"rep\": ${rep}, \"kind\": \"PAIR\", \"data\": {\"ok\": false, \"error\": \"no result within ${limit} s (rc ${rc})\"}}" >> "${log}"
+  fi
   echo "== ${s} rep ${rep}: rc ${rc}, $((SECONDS - t0)) s"
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | cut -c1-400
   if [[ "$s" == gmlake* ]]; then

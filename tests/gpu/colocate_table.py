@@ -16,7 +16,7 @@ for (s, rep), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     t, i, p = r.get("train", {}), r.get("infer", {}), r.get("pair", {})
     ok = p.get("ok", False)
     ratio = lambda x: "%.3f" % (x["peak_reserved_gib"] / x["peak_allocated_gib"]) if x.get("peak_allocated_gib") else "-"
-    err = "" if ok else " (" + (t.get("error") or i.get("error") or "?")[:80] + ")"
+    err = "" if ok else " (" + (t.get("error") or i.get("error") or p.get("error") or "?")[:80] + ")"
     print(f"| {s} | {rep} | {'yes' if ok else 'no'}{err} | {', '.join(str(x) for x in t.get('turns', []))} | "
           f"{', '.join(str(x) for x in i.get('turns', []))} | {p.get('wall_s', 0):.1f} | {ratio(t)}, {ratio(i)} |")
     if ok:
