@@ -18,13 +18,17 @@ size_t PagesFor(size_t bytes, size_t page_size) {
 std::optional<Placement> ChoosePlacement(absl::Span<const GapView> gaps,
                                          size_t size, size_t page_size) {
   std::optional<Placement> best;
-  size_t best_gap_pages = 0;
+  size_t best_room = 0;
   auto consider = [&](size_t gap, size_t first_page, size_t pages) {
-    const size_t gap_pages = gaps[gap].pages;
-    if (!best || std::tie(pages, gap_pages, first_page) <
-                     std::tie(best->pages, best_gap_pages, best->first_page)) {
+    // Unmapped pages left right after the mapping: room to grow in place.
+    const GapView& g = gaps[gap];
+    const size_t room = g.first_page + g.pages - (first_page + pages);
+    if (!best || pages < best->pages ||
+        (pages == best->pages &&
+         (room > best_room ||
+          (room == best_room && first_page < best->first_page)))) {
       best = Placement{gap, first_page, pages};
-      best_gap_pages = gap_pages;
+      best_room = room;
     }
   };
   for (size_t i = 0; i < gaps.size(); ++i) {

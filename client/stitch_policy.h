@@ -42,9 +42,19 @@ struct Placement {
 };
 
 // Chooses where to map chunks for a request of `size` bytes with pages of
-// `page_size`: the fewest new pages; on a tie the smallest gap (to keep
-// large gaps whole), then the lowest address. nullopt when no gap can hold
-// it (the arena is full).
+// `page_size`: the fewest new pages; on a tie the most unmapped pages left
+// right after the mapping, then the lowest address. nullopt when no gap can
+// hold it (the arena is full).
+//
+// The room after is for a block that grows: a KV cache's tensors grow a
+// page at a time, each step's larger copy landing in the free block its
+// copy of two steps before left. A block with unmapped pages after it grows
+// in place by a page (or a cover); one hemmed in by the next mapping is
+// stitched anew, every chunk of it mapped again. Placing fresh mappings
+// in the smallest gap that held them (the rule before, to keep large gaps
+// whole; address space is 512 GiB an arena) hemmed them in: on a replay of
+// a 320-token decode (docs/design.md, "Room to grow") 26% more driver
+// calls, and the training traces are the same either way.
 std::optional<Placement> ChoosePlacement(absl::Span<const GapView> gaps,
                                          size_t size, size_t page_size);
 

@@ -35,12 +35,34 @@ TEST(ChoosePlacementTest, FillingAGapJoinsBothNeighbours) {
   EXPECT_EQ(p->pages, 1u);
 }
 
-TEST(ChoosePlacementTest, PrefersTheSmallestGapOnATie) {
-  const GapView gaps[] = {{0, 1000, 0, 0}, {2000, 4, 0, 0}, {3000, 8, 0, 0}};
+TEST(ChoosePlacementTest, LeavesTheMostRoomToGrowOnATie) {
+  // Three pages anywhere: at the start of the largest gap, so that the
+  // block can grow in place later (a KV cache grows a page at a time).
+  const GapView gaps[] = {{0, 4, 0, 0}, {2000, 1000, 0, 0}, {3000, 8, 0, 0}};
   auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->gap, 1u);
   EXPECT_EQ(p->first_page, 2000u);
+  EXPECT_EQ(p->pages, 3u);
+}
+
+TEST(ChoosePlacementTest, ExtendsTheFreeTailWithTheMostRoomAfterIt) {
+  // Two free tails save a page each; the one with room after it wins.
+  const GapView gaps[] = {{10, 3, kPage, 0}, {100, 50, kPage, 0}};
+  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->gap, 1u);
+  EXPECT_EQ(p->first_page, 100u);
+  EXPECT_EQ(p->pages, 2u);
+}
+
+TEST(ChoosePlacementTest, FewerPagesBeatMoreRoom) {
+  // Room to grow never costs a page mapped now.
+  const GapView gaps[] = {{10, 2, kPage, 0}, {100, 1000, 0, 0}};
+  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->gap, 0u);
+  EXPECT_EQ(p->pages, 2u);
 }
 
 TEST(ChoosePlacementTest, NothingWhenNoGapIsLargeEnough) {
