@@ -63,9 +63,6 @@ struct ReplayResult {
   std::vector<ReservedSample> reserved_timeline;
 };
 
-// Replays `trace` once with `capacity` bytes per device (0: none). Errors
-// other than out-of-memory (bad backend, broken books) are returned as
-// statuses; out-of-memory is a result with completed == false.
 // Replays `trace`'s events onto `allocator` (device 0). `ptr` holds the
 // live pointers by trace id (trace.num_ids of them, 0 where none), so that
 // a caller replaying the trace again frees first what the last run left.
@@ -73,6 +70,9 @@ struct ReplayResult {
 absl::Status ReplayEvents(const Trace& trace, Allocator* allocator,
                           std::vector<DevicePtr>* ptr);
 
+// Replays `trace` once with `capacity` bytes per device (0: none). Errors
+// other than out-of-memory (bad backend, broken books) are returned as
+// statuses; out-of-memory is a result with completed == false.
 absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
                                          const ReplayConfig& config,
                                          uint64_t capacity);

@@ -15,94 +15,133 @@ inference role at 320 new tokens, docs/benchmarks.md, fourth session) its
 peak live is 25.34 GiB; the role measured on an H100 peaked at 25.34 GiB
 allocated.
 
-  python3 tools/stretch_decode_trace.py traces/colocate_infer.trace.gz \
+  python3 tools/stretch_decode_trace.py traces/colocate_infer.trace.gz \\
       /tmp/infer_long48.trace.gz 1215 48
 """
-import gzip, sys
-src, dst, last, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-U = 1228800  # bytes per token of one K or V tensor at batch 200
-ev = [l.split() for l in gzip.open(src, "rt") if not l.startswith("#")]
-ev = [e for e in ev if e[0] in ("a", "f", "F")]
-is_kv = lambda s: s % U == 0 and 896 * U <= s <= 2000 * U
-first_kv = next(i for i, e in enumerate(ev) if e[0] == "a" and is_kv(int(e[2])))
-def scale(i, size):
-    if i < first_kv or size % 200 != 0:
-        return size
-    return (size * batch // 200 + 511) // 512 * 512
-out, live, nid = [], {}, [1]
-def emit_a(i, addr, size):
-    if addr in live:  # a leak in the template: free it first
-        out.append(("f", live[addr], 0)); out.append(("F", live.pop(addr), 0))
-    live[addr] = nid[0]; nid[0] += 1
-    out.append(("a", live[addr], scale(i, size)))
-    return live[addr]
-def emit_free(kind, addr):
-    if addr in live:
-        out.append((kind, live[addr], 0))
-        if kind == "F": live.pop(addr)
-        return True
-    return False
-# Turn boundaries: each turn's first period of 910 tokens and its last KV alloc.
-starts = [i for i, e in enumerate(ev) if e[0] == "a" and int(e[2]) == 910 * U]
-turn_p = []
-j = 0
-while j < len(starts):
-    s = starts[j]; turn_p.append(s); j += 56
-ends = {}
-for t, p in enumerate(turn_p):
-    nxt = next(i for i in range(p, len(ev)) if ev[i][0] == "a" and int(ev[i][2]) == 911 * U)
-    span = range(p, turn_p[t + 1] if t + 1 < len(turn_p) else len(ev))
-    top = max(int(ev[i][2]) for i in span if ev[i][0] == "a" and 896 * U < int(ev[i][2]) < 1792 * U)
-    lastkv = max(i for i in span if ev[i][0] == "a" and int(ev[i][2]) == top)
-    # resume after the last KV free of the turn's decode
-    resume = max(i for i in range(p, lastkv + 200) if ev[i][0] == "F" and is_kv(int(ev[i][2])) and int(ev[i][2]) < top) + 1
-    ends[p] = (nxt, resume)
-i = 0
-kv_final = {}
-while i < len(ev):
-    if i in ends:
-        nxt, resume = ends[i]
-        tmpl = ev[i:nxt]
-        prev_kv = None  # ids of the previous iteration's KV allocs, in order
-        # the template frees KV of 909U allocated in the original previous period
-        for k in range(last - 910 + 1):
-            kv_ids, kv_free_n = [], 0
-            for e in tmpl:
-                size = int(e[2]) if len(e) > 2 else 0
-                if e[0] == "a":
-                    if is_kv(size):
-                        kv_ids.append(emit_a(i, e[1] + "#kv%d" % len(kv_ids), size + k * U))
-                        live.pop(e[1] + "#kv%d" % (len(kv_ids) - 1))
-                    else:
-                        emit_a(i, e[1], size)
-                elif is_kv(size):
-                    if e[0] == "f":
-                        if prev_kv is None:
-                            emit_free("f", e[1]); emit_free("F", e[1])
+import gzip
+import sys
+
+U = 1228800        # bytes a token of one K or V tensor at batch 200
+BATCH = 200        # the recorded batch
+PROMPT = 896       # tokens in every recorded prompt
+PERIOD = 910       # the KV size (tokens) of the decode period repeated
+KV_TENSORS = 56    # 28 layers, K and V
+
+
+def is_kv(size):
+    return size % U == 0 and PROMPT * U <= size <= 2000 * U
+
+
+def is_decode_kv(size):  # the prefill's temporaries are 2 x the prompt
+    return PROMPT * U < size < 2 * PROMPT * U
+
+
+def load(path):
+    events = [l.split() for l in gzip.open(path, "rt") if not l.startswith("#")]
+    return [(k, addr, int(size)) for k, addr, size, *_ in events if k in "afF"]
+
+
+def turns(ev):
+    """For each turn: (start, end) of its period at PERIOD tokens, and where
+    the recorded events go on once its decode is done."""
+    starts = [i for i, (k, _, s) in enumerate(ev) if k == "a" and s == PERIOD * U]
+    firsts = starts[::KV_TENSORS]  # one period start per turn
+    out = []
+    for t, p in enumerate(firsts):
+        end = next(i for i in range(p, len(ev)) if ev[i][0] == "a" and ev[i][2] == (PERIOD + 1) * U)
+        span = range(p, firsts[t + 1] if t + 1 < len(firsts) else len(ev))
+        top = max(ev[i][2] for i in span if ev[i][0] == "a" and is_decode_kv(ev[i][2]))
+        last_alloc = max(i for i in span if ev[i][0] == "a" and ev[i][2] == top)
+        # After the last free of a KV tensor smaller than the last ones.
+        resume = 1 + max(i for i in range(p, last_alloc + 200)
+                         if ev[i][0] == "F" and is_kv(ev[i][2]) and ev[i][2] < top)
+        last_addrs = [ev[i][1] for i in range(p, resume) if ev[i][0] == "a" and ev[i][2] == top]
+        out.append((p, end, resume, last_addrs))
+    return out
+
+
+class Writer:
+    """Events with ids of their own; `live` maps a recorded address to the
+    id now allocated there."""
+
+    def __init__(self, first_kv, batch):
+        self.out, self.live, self.next_id = [], {}, 1
+        self.first_kv, self.batch = first_kv, batch
+
+    def scaled(self, at, size):
+        if at < self.first_kv or size % BATCH != 0:
+            return size
+        return (size * self.batch // BATCH + 511) // 512 * 512
+
+    def alloc(self, at, size, addr=None):
+        if addr in self.live:  # a leak of the repeated period: free it first
+            self.free_id(self.live.pop(addr))
+        new = self.next_id
+        self.next_id += 1
+        if addr is not None:
+            self.live[addr] = new
+        self.out.append(("a", new, self.scaled(at, size)))
+        return new
+
+    def free_id(self, id_):
+        self.out.append(("f", id_, 0))
+        self.out.append(("F", id_, 0))
+
+    def free(self, kind, addr):
+        if addr in self.live:
+            self.out.append((kind, self.live[addr], 0))
+            if kind == "F":
+                self.live.pop(addr)
+
+
+def main(src, dst, last, batch):
+    ev = load(src)
+    first_kv = next(i for i, (k, _, s) in enumerate(ev) if k == "a" and is_kv(s))
+    w = Writer(first_kv, batch)
+    at_turn = {t[0]: t for t in turns(ev)}
+    final = {}  # recorded address of a turn's last KV tensor -> our id
+    i = 0
+    while i < len(ev):
+        if i in at_turn:
+            _, end, resume, last_addrs = at_turn[i]
+            prev = None  # the KV ids of the repeat before, in order
+            for k in range(last - PERIOD + 1):
+                ids, freed = [], 0
+                for kind, addr, size in ev[i:end]:
+                    if kind == "a":
+                        if is_kv(size):
+                            ids.append(w.alloc(i, size + k * U))
                         else:
-                            x = prev_kv[kv_free_n]; out.append(("f", x, 0)); out.append(("F", x, 0))
-                        kv_free_n += 1
-                else:
-                    emit_free(e[0], e[1])
-            prev_kv = kv_ids
-        # The original's last KV allocs of this turn, in order, stand for
-        # the synthesized last iteration's: their frees free those.
-        last_size = max(int(ev[j][2]) for j in range(i, resume) if ev[j][0] == "a" and is_kv(int(ev[j][2])))
-        orig_last = [ev[j][1] for j in range(i, resume) if ev[j][0] == "a" and int(ev[j][2]) == last_size]
-        kv_final.update(zip(orig_last, prev_kv))
-        i = resume
-        continue
-    e = ev[i]; size = int(e[2])
-    if e[0] == "a":
-        emit_a(i, e[1], size)
-    elif e[1] in kv_final and is_kv(size):
-        out.append((e[0], kv_final[e[1]], 0))
-        if e[0] == "F": kv_final.pop(e[1])
-    else:
-        emit_free(e[0], e[1])
-    i += 1
-with gzip.open(dst, "wt") as f:
-    f.write("# action addr size stream (synthetic long decode)\n")
-    for k, a, s in out:
-        f.write(f"{k} {a} {s} 0\n")
-print(len(out), "events,", sum(1 for o in out if o[0] == "a"), "allocs")
+                            w.alloc(i, size, addr)
+                    elif not is_kv(size):
+                        w.free(kind, addr)
+                    elif kind == "f":  # the KV copy of the step before
+                        if prev is None:
+                            w.free("f", addr)
+                            w.free("F", addr)
+                        else:
+                            w.free_id(prev[freed])
+                        freed += 1
+                prev = ids
+            final.update(zip(last_addrs, prev))
+            i = resume
+            continue
+        kind, addr, size = ev[i]
+        if kind == "a":
+            w.alloc(i, size, addr)
+        elif addr in final and is_kv(size):
+            w.out.append((kind, final[addr], 0))
+            if kind == "F":
+                final.pop(addr)
+        else:
+            w.free(kind, addr)
+        i += 1
+    with gzip.open(dst, "wt") as f:
+        f.write("# action addr size stream (synthetic long decode)\n")
+        for kind, id_, size in w.out:
+            f.write(f"{kind} {id_} {size} 0\n")
+    print(len(w.out), "events,", sum(1 for o in w.out if o[0] == "a"), "allocs")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
