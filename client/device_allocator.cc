@@ -1019,125 +1019,20 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
     if (attempt == 0 && !capture && !pool->small) ClearRoomToGrow(pool, size);
     absl::StatusOr<Plan> plan = PlanMapping(pool, size);
     if (!plan.ok()) return plan.status();
-    Arena* arena = plan->arena;
-    arena->in_flight[plan->first_page] = plan->pages;
+    plan->arena->in_flight[plan->first_page] = plan->pages;
     for (Block* keep : {plan->keep_a, plan->keep_b}) {
       if (keep != nullptr) keep->pool->free.Remove(keep);
     }
-
-    // Chunks: held unmapped, then whole free chunks of free blocks (the
-    // stitch; unmapped below), then new ones from the lake (below).
-    std::vector<SizedChunk> chunks =
-        TakeCached(plan->pages, /*at_least=*/false);
-    size_t have = PagesOf(chunks, page_size_);
-    std::vector<Detached> stolen;
-    std::vector<StreamHandle> streams;
-    const uint64_t allocated_peak = std::max<uint64_t>(
-        most_allocated_, stats_.allocated_bytes.current + size);
-    const bool grow = !lake_refused &&
-                      GrowRatherThanStitch(
-                          static_cast<uint64_t>(stats_.reserved_bytes.current),
-                          uint64_t{plan->pages - have} * page_size_,
-                          allocated_peak, options_.grow_slack);
-    const bool steal = options_.stitch && !grow && !capture;
-    // A free block growing by a page: a cover first (CoverBeforeStealing).
-    Cover cover;
-    if (have < plan->pages && steal &&
-        CoverBeforeStealing(pool->small,
-                            plan->keep_a != nullptr || plan->keep_b != nullptr,
-                            plan->pages - have)) {
-      cover = CoverRest(&*plan, plan->pages - have, steal, &chunks, &stolen,
-                        &streams);
-      if (cover.handle != 0) have = plan->pages;
-    }
-    if (have < plan->pages && steal) {
-      have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
-                         &stolen, &streams, /*at_least=*/false);
-    }
-    // Every free chunk left is larger than the rest: one of them whole,
-    // its extra pages a free tail, rather than a new chunk. Also after a
-    // cover tried first: that try counted its rest as stranded, which can
-    // make CoverNow say yes now (llama3b_infer_large: 25,308 calls, 27,526
-    // trying once).
-    if (have < plan->pages) {
-      cover = CoverRest(&*plan, plan->pages - have, steal, &chunks, &stolen,
-                        &streams);
-      if (cover.handle != 0) have = plan->pages;
-    }
-    const uint64_t missing = uint64_t{plan->pages - have} * page_size_;
-    // The lake counts only its chunks; MemPools' own allocators' segments
-    // count against the capacity too.
-    const bool external_full =
-        missing != 0 && external_reserved_ != 0 && !ExternalLeavesRoom(missing);
-
-    std::vector<EventHandle> events = TakeIdleEvents(streams.size());
-    ++slow_paths_;
-    mu_.Unlock();
-    // The stolen chunks stay mapped where they were, for the kernels queued
-    // on them (unmapping does not wait for kernels), and are mapped here as
-    // well: the stitch costs no wait for the GPU. Their old pages are
-    // unmapped once the events recorded now have completed.
-    absl::Status status = HandOver(pool->stream, streams, &events);
-    if (status.ok()) {
-      for (Detached& d : stolen) {
-        d.taken = true;
-        chunks.insert(chunks.end(), d.chunks.begin(), d.chunks.end());
-      }
-    }
-    absl::StatusOr<std::vector<SizedChunk>> more;
-    int64_t acquire_nanos = 0;
-    if (status.ok() && external_full) {
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "the capacity (", FormatBytes(source_->capacity_bytes(device_)),
-          ") holds segments of MemPools' own allocators as well"));
-      if (grow) lake_refused = true;
-    } else if (status.ok() && missing != 0) {
-      const absl::Time acquire_start = absl::Now();
-      more = source_->AcquireBytes(device_, missing);
-      acquire_nanos = absl::ToInt64Nanoseconds(absl::Now() - acquire_start);
-      // Refused while growing rather than stitching: stitch next time.
-      if (!more.ok() && grow) lake_refused = true;
-      if (more.ok()) {
-        chunks.insert(chunks.end(), more->begin(), more->end());
-      } else {
-        status = more.status();
-      }
-    }
-    if (status.ok() && cover.handle != 0) PlaceCover(cover, &chunks);
-    if (status.ok()) {
-      status = MapChunks(backend_, arena->PageAddr(plan->first_page), chunks,
-                         access_devices_);
-    }
-    mu_.Lock();
-    --slow_paths_;
-    slow_path_done_.SignalAll();
-
-    // What came from the cache or from free blocks is no longer in transit:
-    // it is mapped below, or kept unmapped.
-    const uint64_t acquired = (missing != 0 && more.ok()) ? missing : 0;
-    in_transit_bytes_ -= PagesOf(chunks, page_size_) * page_size_ - acquired;
-    stats_.acquire_us += acquire_nanos / 1000;
-    if (acquired != 0) {
-      stats_.chunks_acquired += static_cast<int64_t>(more->size());
-      // Counted in the large pool until mapped in the small arena.
-      stats_.reserved_bytes.Add(static_cast<int64_t>(acquired), false);
-    }
-    FinishSteals(&stolen, &events);
-    for (Block* keep : {plan->keep_a, plan->keep_b}) {
-      if (keep != nullptr) InsertFree(keep);
-    }
-    arena->in_flight.erase(plan->first_page);
+    Gathering g = GatherChunks(pool, &*plan, size, capture, lake_refused);
+    absl::Status status = MapGathered(pool, *plan, &g);
+    // Refused while growing rather than stitching: stitch next time.
+    if (g.lake_refused && g.grow) lake_refused = true;
+    BookMapping(*plan, status.ok(), &g);
     if (!status.ok()) {
-      KeepUnmapped(chunks);
-      if (grow && absl::IsResourceExhausted(status)) continue;  // stitch
+      if (g.grow && absl::IsResourceExhausted(status)) continue;  // stitch
       return status;
     }
-    RecordMapped(arena, plan->first_page, chunks);
-    if (!stolen.empty()) {
-      ++stats_.stitches;
-      stats_.stitched_bytes += static_cast<int64_t>(plan->pages * page_size_);
-    }
-    Block* b = AdoptPages(arena, plan->first_page, plan->pages, pool);
+    Block* b = AdoptPages(plan->arena, plan->first_page, plan->pages, pool);
     if (b->size >= size) {
       pool->free.Remove(b);
       return b;
@@ -1146,6 +1041,126 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   return absl::InternalError(absl::StrCat(
       "gmlake: mapped memory for a ", size,
       "-byte request four times and another thread took it each time"));
+}
+
+DeviceAllocator::Gathering DeviceAllocator::GatherChunks(Pool* pool, Plan* plan,
+                                                         size_t size,
+                                                         bool capture,
+                                                         bool lake_refused) {
+  // Chunks: held unmapped, then whole free chunks of free blocks (the
+  // stitch; unmapped later), then new ones from the lake (MapGathered).
+  Gathering g;
+  g.chunks = TakeCached(plan->pages, /*at_least=*/false);
+  size_t have = PagesOf(g.chunks, page_size_);
+  const uint64_t allocated_peak = std::max<uint64_t>(
+      most_allocated_, stats_.allocated_bytes.current + size);
+  g.grow =
+      !lake_refused &&
+      GrowRatherThanStitch(static_cast<uint64_t>(stats_.reserved_bytes.current),
+                           uint64_t{plan->pages - have} * page_size_,
+                           allocated_peak, options_.grow_slack);
+  const bool steal = options_.stitch && !g.grow && !capture;
+  // A free block growing by a page: a cover first (CoverBeforeStealing).
+  if (have < plan->pages && steal &&
+      CoverBeforeStealing(pool->small,
+                          plan->keep_a != nullptr || plan->keep_b != nullptr,
+                          plan->pages - have)) {
+    g.cover = CoverRest(plan, plan->pages - have, steal, &g.chunks, &g.stolen,
+                        &g.streams);
+    if (g.cover.handle != 0) have = plan->pages;
+  }
+  if (have < plan->pages && steal) {
+    have += StealBooks(plan->pages - have, plan->keep_a, plan->keep_b,
+                       &g.stolen, &g.streams, /*at_least=*/false);
+  }
+  // Every free chunk left is larger than the rest: one of them whole,
+  // its extra pages a free tail, rather than a new chunk. Also after a
+  // cover tried first: that try counted its rest as stranded, which can
+  // make CoverNow say yes now (llama3b_infer_large: 25,308 calls, 27,526
+  // trying once).
+  if (have < plan->pages) {
+    g.cover = CoverRest(plan, plan->pages - have, steal, &g.chunks, &g.stolen,
+                        &g.streams);
+    if (g.cover.handle != 0) have = plan->pages;
+  }
+  g.missing = uint64_t{plan->pages - have} * page_size_;
+  // The lake counts only its chunks; MemPools' own allocators' segments
+  // count against the capacity too.
+  g.external_full = g.missing != 0 && external_reserved_ != 0 &&
+                    !ExternalLeavesRoom(g.missing);
+  return g;
+}
+
+absl::Status DeviceAllocator::MapGathered(Pool* pool, const Plan& plan,
+                                          Gathering* g) {
+  g->events = TakeIdleEvents(g->streams.size());
+  ++slow_paths_;
+  mu_.Unlock();
+  // The stolen chunks stay mapped where they were, for the kernels queued
+  // on them (unmapping does not wait for kernels), and are mapped here as
+  // well: the stitch costs no wait for the GPU. Their old pages are
+  // unmapped once the events recorded now have completed.
+  absl::Status status = HandOver(pool->stream, g->streams, &g->events);
+  if (status.ok()) {
+    for (Detached& d : g->stolen) {
+      d.taken = true;
+      g->chunks.insert(g->chunks.end(), d.chunks.begin(), d.chunks.end());
+    }
+  }
+  if (status.ok() && g->external_full) {
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "the capacity (", FormatBytes(source_->capacity_bytes(device_)),
+        ") holds segments of MemPools' own allocators as well"));
+    g->lake_refused = true;
+  } else if (status.ok() && g->missing != 0) {
+    const absl::Time acquire_start = absl::Now();
+    absl::StatusOr<std::vector<SizedChunk>> more =
+        source_->AcquireBytes(device_, g->missing);
+    g->acquire_nanos = absl::ToInt64Nanoseconds(absl::Now() - acquire_start);
+    if (more.ok()) {
+      g->acquired_chunks = more->size();
+      g->chunks.insert(g->chunks.end(), more->begin(), more->end());
+    } else {
+      g->lake_refused = true;
+      status = more.status();
+    }
+  }
+  if (status.ok() && g->cover.handle != 0) PlaceCover(g->cover, &g->chunks);
+  if (status.ok()) {
+    status = MapChunks(backend_, plan.arena->PageAddr(plan.first_page),
+                       g->chunks, access_devices_);
+  }
+  mu_.Lock();
+  --slow_paths_;
+  slow_path_done_.SignalAll();
+  return status;
+}
+
+void DeviceAllocator::BookMapping(const Plan& plan, bool mapped, Gathering* g) {
+  // What came from the cache or from free blocks is no longer in transit:
+  // it is mapped below, or kept unmapped.
+  const uint64_t acquired = g->acquired_chunks != 0 ? g->missing : 0;
+  in_transit_bytes_ -= PagesOf(g->chunks, page_size_) * page_size_ - acquired;
+  stats_.acquire_us += g->acquire_nanos / 1000;
+  if (acquired != 0) {
+    stats_.chunks_acquired += static_cast<int64_t>(g->acquired_chunks);
+    // Counted in the large pool until mapped in the small arena.
+    stats_.reserved_bytes.Add(static_cast<int64_t>(acquired), false);
+  }
+  FinishSteals(&g->stolen, &g->events);
+  for (Block* keep : {plan.keep_a, plan.keep_b}) {
+    if (keep != nullptr) InsertFree(keep);
+  }
+  plan.arena->in_flight.erase(plan.first_page);
+  if (!mapped) {
+    KeepUnmapped(g->chunks);
+    return;
+  }
+  RecordMapped(plan.arena, plan.first_page, g->chunks);
+  if (!g->stolen.empty()) {
+    ++stats_.stitches;
+    stats_.stitched_bytes += static_cast<int64_t>(plan.pages * page_size_);
+  }
 }
 
 std::vector<SizedChunk> DeviceAllocator::TakeCached(size_t pages,

@@ -369,7 +369,24 @@ class DeviceAllocator {
   };
 
   // A free block of at least `size` bytes for `pool`, out of the index.
+  // Each try plans a mapping, gathers its chunks (GatherChunks), maps them
+  // with the lock down (MapGathered) and books the outcome (BookMapping).
   absl::StatusOr<Block*> Grow(Pool* pool, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chunks of one try of Grow, from gathering to booking.
+  struct Gathering;
+  // With the lock held: what `plan` maps, from the cache, from free blocks
+  // (stolen, in transit) or a cover; `missing` is left for the lake. May
+  // grow the plan by a cover's extra pages.
+  Gathering GatherChunks(Pool* pool, Plan* plan, size_t size, bool capture,
+                         bool lake_refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases mu_: hands the stolen chunks over from their streams, acquires
+  // `missing` from the lake and maps everything at the plan's pages.
+  absl::Status MapGathered(Pool* pool, const Plan& plan, Gathering* g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Back under mu_: the chunks leave transit, mapped (`mapped`) or kept
+  // unmapped; the steals end, the plan's free neighbours return.
+  void BookMapping(const Plan& plan, bool mapped, Gathering* g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* TakeFromOtherStream(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -442,6 +459,19 @@ class DeviceAllocator {
                   std::vector<Detached>* stolen,
                   std::vector<StreamHandle>* streams)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Gathering {
+    std::vector<SizedChunk> chunks;
+    std::vector<Detached> stolen;
+    std::vector<StreamHandle> streams;  // the stolen chunks' users
+    std::vector<EventHandle> events;    // recorded on them at hand-over
+    Cover cover;
+    bool grow = false;           // new chunks rather than a stitch
+    uint64_t missing = 0;        // bytes to acquire from the lake
+    bool external_full = false;  // MemPools' allocators leave no room
+    bool lake_refused = false;   // the lake (or capacity) said no
+    size_t acquired_chunks = 0;  // how many `missing` came in
+    int64_t acquire_nanos = 0;
+  };
   // Moves the cover's chunk to the end of `chunks` its extra pages are on.
   static void PlaceCover(const Cover& cover, std::vector<SizedChunk>* chunks);
   // Holds chunks that are not mapped anywhere, for the next slow path.
