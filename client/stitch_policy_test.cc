@@ -2,6 +2,9 @@
 
 #include "client/stitch_policy.h"
 
+#include <optional>
+
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 
 namespace gmlake {
@@ -9,60 +12,62 @@ namespace {
 
 constexpr size_t kPage = 2 << 20;
 
+// ChoosePlacement's answer for `size` bytes in pages of kPage; a failed
+// expectation, and a placement no test expects, when there is none.
+Placement Place(absl::Span<const GapView> gaps, size_t size) {
+  std::optional<Placement> p = ChoosePlacement(gaps, size, kPage);
+  EXPECT_TRUE(p.has_value()) << "no placement for " << size << " bytes";
+  return p.value_or(Placement{~size_t{0}, ~size_t{0}, ~size_t{0}});
+}
+
 TEST(ChoosePlacementTest, JoinsTheFreeTailOfTheLeftSegment) {
   // 2.1 MiB after a 1.9 MiB free tail needs one new chunk, not two.
   const GapView gaps[] = {{10, 100, kPage * 19 / 20, 0}};
-  auto p = ChoosePlacement(gaps, kPage * 21 / 20, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->first_page, 10u);
-  EXPECT_EQ(p->pages, 1u);
+  const Placement p = Place(gaps, kPage * 21 / 20);
+  EXPECT_EQ(p.first_page, 10u);
+  EXPECT_EQ(p.pages, 1u);
 }
 
 TEST(ChoosePlacementTest, GrowsTheRightSegmentBackwards) {
   const GapView gaps[] = {{10, 5, 0, kPage / 2}};
-  auto p = ChoosePlacement(gaps, kPage * 3 / 2, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->pages, 1u);
-  EXPECT_EQ(p->first_page, 14u);  // the last page of the gap
+  const Placement p = Place(gaps, kPage * 3 / 2);
+  EXPECT_EQ(p.pages, 1u);
+  EXPECT_EQ(p.first_page, 14u);  // the last page of the gap
 }
 
 TEST(ChoosePlacementTest, FillingAGapJoinsBothNeighbours) {
   // 1 page gap between 1 MiB free on each side: 4 MiB fits with one chunk.
   const GapView gaps[] = {{3, 1, kPage / 2, kPage / 2}, {50, 1000, 0, 0}};
-  auto p = ChoosePlacement(gaps, 2 * kPage, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->gap, 0u);
-  EXPECT_EQ(p->pages, 1u);
+  const Placement p = Place(gaps, 2 * kPage);
+  EXPECT_EQ(p.gap, 0u);
+  EXPECT_EQ(p.pages, 1u);
 }
 
 TEST(ChoosePlacementTest, LeavesTheMostRoomToGrowOnATie) {
   // Three pages anywhere: at the start of the largest gap, so that the
   // block can grow in place later (a KV cache grows a page at a time).
   const GapView gaps[] = {{0, 4, 0, 0}, {2000, 1000, 0, 0}, {3000, 8, 0, 0}};
-  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->gap, 1u);
-  EXPECT_EQ(p->first_page, 2000u);
-  EXPECT_EQ(p->pages, 3u);
+  const Placement p = Place(gaps, 3 * kPage);
+  EXPECT_EQ(p.gap, 1u);
+  EXPECT_EQ(p.first_page, 2000u);
+  EXPECT_EQ(p.pages, 3u);
 }
 
 TEST(ChoosePlacementTest, ExtendsTheFreeTailWithTheMostRoomAfterIt) {
   // Two free tails save a page each; the one with room after it wins.
   const GapView gaps[] = {{10, 3, kPage, 0}, {100, 50, kPage, 0}};
-  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->gap, 1u);
-  EXPECT_EQ(p->first_page, 100u);
-  EXPECT_EQ(p->pages, 2u);
+  const Placement p = Place(gaps, 3 * kPage);
+  EXPECT_EQ(p.gap, 1u);
+  EXPECT_EQ(p.first_page, 100u);
+  EXPECT_EQ(p.pages, 2u);
 }
 
 TEST(ChoosePlacementTest, FewerPagesBeatMoreRoom) {
   // Room to grow never costs a page mapped now.
   const GapView gaps[] = {{10, 2, kPage, 0}, {100, 1000, 0, 0}};
-  auto p = ChoosePlacement(gaps, 3 * kPage, kPage);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->gap, 0u);
-  EXPECT_EQ(p->pages, 2u);
+  const Placement p = Place(gaps, 3 * kPage);
+  EXPECT_EQ(p.gap, 0u);
+  EXPECT_EQ(p.pages, 2u);
 }
 
 TEST(ChoosePlacementTest, NothingWhenNoGapIsLargeEnough) {
