@@ -70,6 +70,10 @@ def rows_of(path):
                         rows[-1][k] = round(rows[-1][k] + v, 3)
             else:
                 rows.append(row)
+            # Whether the line that closed this row handed the turn on: a
+            # cut run's last turn has none (its counters end at the kill or
+            # at the other role's exit mark).
+            rows[-1]["ended"] = b["turn"] not in (role, "done-" + other)
             was_busy = busy
         out += rows
     return out
