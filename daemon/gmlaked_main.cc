@@ -9,11 +9,9 @@
 
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -33,17 +31,12 @@
 #include "common/bytes.h"
 #include "common/fd_passing.h"
 #include "common/vmm.h"
-#include "daemon/fd_server.h"
 #include "daemon/grpc_peer_credentials.h"
-#include "daemon/health_service.h"
 #include "daemon/lake.h"
-#include "daemon/lake_service.h"
 #include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/metrics_server.h"
+#include "daemon/servers.h"
 #include "daemon/service_notifier.h"
 #include "daemon/units.h"
-#include "grpcpp/grpcpp.h"
 #include "proto/protocol.h"
 
 ABSL_FLAG(std::string, socket, "/run/gmlake/gmlaked.sock",
@@ -295,11 +288,11 @@ int ServeUntilStopped(Lake* lake, const ServiceNotifier& notifier) {
   }
 }
 
-absl::Status Run(const ServiceNotifier& notifier) {
-  SetVerboseLog(absl::GetFlag(FLAGS_verbose));
-  const uint64_t fd_limit = SetFdLimit();
-
-  // --- Backend ---------------------------------------------------------------
+// The VMM backend of --backend and the host_* flags, refused unless it has
+// memory to share. `host_capacity` gets --host_capacity (fractions of a
+// host device are of it).
+absl::StatusOr<std::unique_ptr<VmmBackend>> BackendFromFlags(
+    uint64_t* host_capacity) {
   BackendOptions bo;
   bo.kind = absl::GetFlag(FLAGS_backend);
   if (bo.kind == "accounting") {
@@ -311,6 +304,7 @@ absl::Status Run(const ServiceNotifier& notifier) {
       BytesFlag("host_capacity", absl::GetFlag(FLAGS_host_capacity));
   if (!host_cap.ok()) return host_cap.status();
   bo.host_capacity_bytes = *host_cap;
+  *host_capacity = *host_cap;
   absl::StatusOr<uint64_t> host_gran =
       BytesFlag("host_granularity", absl::GetFlag(FLAGS_host_granularity));
   if (!host_gran.ok()) return host_gran.status();
@@ -326,10 +320,14 @@ absl::Status Run(const ServiceNotifier& notifier) {
         "backend ", (*backend)->name(),
         " has no memory to share (GMLAKE_BACKEND?): use cuda or host"));
   }
-  const int devices = (*backend)->device_count();
+  return backend;
+}
 
-  // --- Lake options ----------------------------------------------------------
-  LakeOptions lo;
+// Each device's chunk size, capacity and memory created ahead of time, from
+// --chunk_size, --capacity and --precreate, in whole chunks.
+absl::StatusOr<std::vector<LakeDeviceConfig>> DevicesFromFlags(
+    const VmmBackend& backend, uint64_t host_capacity) {
+  const int devices = backend.device_count();
   absl::StatusOr<uint64_t> chunk =
       BytesFlag("chunk_size", absl::GetFlag(FLAGS_chunk_size));
   if (!chunk.ok()) return chunk.status();
@@ -339,19 +337,18 @@ absl::Status Run(const ServiceNotifier& notifier) {
   absl::StatusOr<std::vector<Capacity>> pre =
       CapacityList("precreate", absl::GetFlag(FLAGS_precreate), devices, true);
   if (!pre.ok()) return pre.status();
+  std::vector<LakeDeviceConfig> out;
   for (int i = 0; i < devices; ++i) {
     LakeDeviceConfig d;
-    d.chunk_size = *chunk != 0 ? *chunk : (*backend)->granularity(i);
+    d.chunk_size = *chunk != 0 ? *chunk : backend.granularity(i);
     // The device's memory, for fractions: what the backend reports, else
     // (host) the emulated size.
-    uint64_t whole = (*backend)->device_memory_bytes(i);
-    if (whole == 0 && (*backend)->name() == "host") {
-      whole = bo.host_capacity_bytes;
-    }
+    uint64_t whole = backend.device_memory_bytes(i);
+    if (whole == 0 && backend.name() == "host") whole = host_capacity;
     if ((*caps)[i].is_fraction && whole == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--capacity=", absl::GetFlag(FLAGS_capacity),
-          " is a fraction of the device, but the ", (*backend)->name(),
+          " is a fraction of the device, but the ", backend.name(),
           " backend does not report device memory: give bytes, e.g. "
           "--capacity=120GiB"));
     }
@@ -359,77 +356,90 @@ absl::Status Run(const ServiceNotifier& notifier) {
     d.capacity_bytes -= d.capacity_bytes % d.chunk_size;
     d.precreate_bytes = (*pre)[i].Resolve(d.capacity_bytes);
     d.precreate_bytes -= d.precreate_bytes % d.chunk_size;
-    lo.devices.push_back(d);
+    out.push_back(d);
   }
+  return out;
+}
+
+// Quotas and scrubbing, from their flags, into `lo`.
+absl::Status QuotasFromFlags(LakeOptions* lo) {
   absl::StatusOr<uint64_t> uq =
       BytesFlag("uid_quota", absl::GetFlag(FLAGS_uid_quota));
   if (!uq.ok()) return uq.status();
   absl::StatusOr<uint64_t> sq =
       BytesFlag("session_quota", absl::GetFlag(FLAGS_session_quota));
   if (!sq.ok()) return sq.status();
-  lo.uid_quota_bytes = *uq;
-  lo.session_quota_bytes = *sq;
+  lo->uid_quota_bytes = *uq;
+  lo->session_quota_bytes = *sq;
   absl::StatusOr<ScrubPolicy> scrub =
       ParseScrubPolicy(absl::GetFlag(FLAGS_scrub));
   if (!scrub.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--scrub: ", scrub.status().message()));
   }
-  lo.scrub = *scrub;
-  lo.reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
-  lo.pressure_patience = absl::GetFlag(FLAGS_pressure_patience);
-  lo.pressure_growth_window = absl::GetFlag(FLAGS_pressure_growth_window);
-  if (lo.pressure_patience <= absl::ZeroDuration() ||
-      lo.pressure_growth_window < absl::ZeroDuration()) {
+  lo->scrub = *scrub;
+  return absl::OkStatus();
+}
+
+// Pressure (reclaim), waiting leases, session limits and the idle release,
+// from their flags, into `lo`; a value out of range names its flag.
+absl::Status LimitsFromFlags(LakeOptions* lo) {
+  lo->reclaim_timeout = absl::GetFlag(FLAGS_reclaim_timeout);
+  lo->pressure_patience = absl::GetFlag(FLAGS_pressure_patience);
+  lo->pressure_growth_window = absl::GetFlag(FLAGS_pressure_growth_window);
+  if (lo->pressure_patience <= absl::ZeroDuration() ||
+      lo->pressure_growth_window < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--pressure_patience must be positive and --pressure_growth_window "
         "not negative");
   }
-  lo.prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
-  if (absl::GetFlag(FLAGS_max_waiting_leases) <= 0 ||
-      absl::GetFlag(FLAGS_max_waiting_leases_per_uid) <= 0) {
+  lo->prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
+  lo->max_waiting_leases = absl::GetFlag(FLAGS_max_waiting_leases);
+  lo->max_waiting_leases_per_uid =
+      absl::GetFlag(FLAGS_max_waiting_leases_per_uid);
+  if (lo->max_waiting_leases <= 0 || lo->max_waiting_leases_per_uid <= 0) {
     return absl::InvalidArgumentError(
         "--max_waiting_leases and --max_waiting_leases_per_uid must be "
         "positive");
   }
-  lo.max_waiting_leases = absl::GetFlag(FLAGS_max_waiting_leases);
-  lo.max_waiting_leases_per_uid =
-      absl::GetFlag(FLAGS_max_waiting_leases_per_uid);
-  lo.bind_timeout = absl::GetFlag(FLAGS_bind_timeout);
-  lo.claim_timeout = absl::GetFlag(FLAGS_claim_timeout);
-  if (absl::GetFlag(FLAGS_max_sessions) <= 0) {
+  lo->bind_timeout = absl::GetFlag(FLAGS_bind_timeout);
+  lo->claim_timeout = absl::GetFlag(FLAGS_claim_timeout);
+  lo->max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  if (lo->max_sessions <= 0) {
     return absl::InvalidArgumentError("--max_sessions must be positive");
   }
-  lo.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  if (absl::GetFlag(FLAGS_max_sessions_per_uid) <= 0 ||
-      absl::GetFlag(FLAGS_max_unbound_sessions) <= 0) {
+  lo->max_sessions_per_uid = absl::GetFlag(FLAGS_max_sessions_per_uid);
+  lo->max_unbound_sessions = absl::GetFlag(FLAGS_max_unbound_sessions);
+  if (lo->max_sessions_per_uid <= 0 || lo->max_unbound_sessions <= 0) {
     return absl::InvalidArgumentError(
         "--max_sessions_per_uid and --max_unbound_sessions must be positive");
   }
-  lo.max_sessions_per_uid = absl::GetFlag(FLAGS_max_sessions_per_uid);
-  lo.max_unbound_sessions = absl::GetFlag(FLAGS_max_unbound_sessions);
-  lo.check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
-  lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
-  lo.release.idle_after = absl::GetFlag(FLAGS_release_idle);
-  lo.zero_on_release = absl::GetFlag(FLAGS_zero_on_release);
-  lo.export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
-  if (lo.release.idle_after < absl::ZeroDuration()) {
+  lo->check_claimed_pid = absl::GetFlag(FLAGS_check_claimed_pid);
+  lo->release.idle_after = absl::GetFlag(FLAGS_release_idle);
+  if (lo->release.idle_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "--release_idle must be 0 (never) or a positive duration");
   }
+  lo->zero_on_release = absl::GetFlag(FLAGS_zero_on_release);
+  lo->export_on_demand = absl::GetFlag(FLAGS_export_on_demand);
   if (const std::string gate = absl::GetFlag(FLAGS_testonly_scrub_gate);
       !gate.empty()) {
-    lo.testonly_before_lease_scrub = [gate] {
+    lo->testonly_before_lease_scrub = [gate] {
       const absl::Time give_up = absl::Now() + absl::Seconds(60);
       while (::access(gate.c_str(), F_OK) != 0 && absl::Now() < give_up) {
         absl::SleepFor(absl::Milliseconds(5));
       }
     };
   }
-  absl::StatusOr<GrpcFdGuard> fd_guard =
-      ParseGrpcFdGuard(absl::GetFlag(FLAGS_grpc_fd_guard));
-  if (!fd_guard.ok()) return fd_guard.status();
-  const std::string grpc_path = absl::GetFlag(FLAGS_socket);
+  return absl::OkStatus();
+}
+
+// The servers' settings: the socket flags (paths, mode), the gRPC limits and
+// the metrics address.
+absl::StatusOr<ServersOptions> ServersFromFlags(const LakeOptions& lo) {
+  ServersOptions so;
+  so.grpc_path = absl::GetFlag(FLAGS_socket);
+  so.fd_path = lo.fd_socket_path;
   const std::string mode_text = absl::GetFlag(FLAGS_socket_mode);
   char* end = nullptr;
   const long mode = std::strtol(mode_text.c_str(), &end, 8);
@@ -437,17 +447,38 @@ absl::Status Run(const ServiceNotifier& notifier) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--socket_mode=", mode_text, " is not an octal mode like 0666"));
   }
-  if (grpc_path.size() > kMaxUnixPathLength ||
-      lo.fd_socket_path.size() > kMaxUnixPathLength) {
+  so.mode = static_cast<mode_t>(mode);
+  if (so.grpc_path.size() > kMaxUnixPathLength ||
+      so.fd_path.size() > kMaxUnixPathLength) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket paths must be at most ", kMaxUnixPathLength, " bytes"));
   }
+  absl::StatusOr<GrpcFdGuard> fd_guard =
+      ParseGrpcFdGuard(absl::GetFlag(FLAGS_grpc_fd_guard));
+  if (!fd_guard.ok()) return fd_guard.status();
+  so.fd_guard = *fd_guard;
+  so.bind_timeout = lo.bind_timeout;
+  so.grpc_limits.max_connections_per_uid = static_cast<size_t>(
+      std::max(1, absl::GetFlag(FLAGS_max_grpc_connections_per_uid)));
+  so.grpc_limits.max_connections = static_cast<size_t>(
+      std::max(1, absl::GetFlag(FLAGS_max_grpc_connections)));
+  so.max_streams_per_connection =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
+  so.grpc_idle_timeout = absl::GetFlag(FLAGS_grpc_idle_timeout);
+  so.max_health_watches_per_uid = static_cast<size_t>(
+      std::max(1, absl::GetFlag(FLAGS_max_health_watches_per_uid)));
+  so.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  return so;
+}
 
+// The settings gmlaked starts with, in its log.
+void LogSettings(const VmmBackend& backend, const LakeOptions& lo,
+                 uint64_t fd_limit) {
   Logf("gmlaked starting (protocol %d)", ProtocolVersion());
-  Logf("backend: %s", (*backend)->Describe());
-  for (int i = 0; i < devices; ++i) {
-    Logf("device %d: capacity %s in chunks of %s, %s created ahead of time", i,
-         FormatBytes(lo.devices[i].capacity_bytes),
+  Logf("backend: %s", backend.Describe());
+  for (size_t i = 0; i < lo.devices.size(); ++i) {
+    Logf("device %d: capacity %s in chunks of %s, %s created ahead of time",
+         static_cast<int>(i), FormatBytes(lo.devices[i].capacity_bytes),
          FormatBytes(lo.devices[i].chunk_size),
          FormatBytes(lo.devices[i].precreate_bytes));
   }
@@ -471,6 +502,34 @@ absl::Status Run(const ServiceNotifier& notifier) {
         "(raise LimitNOFILE= / ulimit -n)",
         fd_limit);
   }
+}
+
+// Tells systemd the books (READY=1 with it once serving).
+void NotifyStatus(const ServiceNotifier& notifier, const Lake& lake,
+                  absl::string_view prefix) {
+  v1::StatusResponse st;
+  lake.FillStatus(&st);
+  Notify(notifier, absl::StrCat(prefix, "STATUS=", StatusLine(st)));
+}
+
+absl::Status Run(const ServiceNotifier& notifier) {
+  SetVerboseLog(absl::GetFlag(FLAGS_verbose));
+  const uint64_t fd_limit = SetFdLimit();
+  uint64_t host_capacity = 0;
+  absl::StatusOr<std::unique_ptr<VmmBackend>> backend =
+      BackendFromFlags(&host_capacity);
+  if (!backend.ok()) return backend.status();
+  LakeOptions lo;
+  absl::StatusOr<std::vector<LakeDeviceConfig>> devices =
+      DevicesFromFlags(**backend, host_capacity);
+  if (!devices.ok()) return devices.status();
+  lo.devices = *std::move(devices);
+  lo.fd_socket_path = absl::GetFlag(FLAGS_fd_socket);
+  if (absl::Status s = QuotasFromFlags(&lo); !s.ok()) return s;
+  if (absl::Status s = LimitsFromFlags(&lo); !s.ok()) return s;
+  absl::StatusOr<ServersOptions> so = ServersFromFlags(lo);
+  if (!so.ok()) return so.status();
+  LogSettings(**backend, lo, fd_limit);
 
   uint64_t precreate = 0;
   for (const LakeDeviceConfig& d : lo.devices) precreate += d.precreate_bytes;
@@ -480,125 +539,20 @@ absl::Status Run(const ServiceNotifier& notifier) {
   }
   absl::StatusOr<std::unique_ptr<Lake>> lake = Lake::Create(backend->get(), lo);
   if (!lake.ok()) return lake.status();
-
-  // --- Sockets ---------------------------------------------------------------
-  // systemd makes /run/gmlake (RuntimeDirectory=); elsewhere, make the
-  // sockets' directories if they are missing.
-  for (const std::string& path : {grpc_path, lo.fd_socket_path}) {
-    const size_t slash = path.rfind('/');
-    if (slash == std::string::npos || slash == 0) continue;
-    const std::string dir = path.substr(0, slash);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create the socket directory ", dir, ": ",
-                       std::strerror(errno)));
-    }
-  }
   // The backend may have raised the limit for its chunks: --fd_limit holds
   // from here on.
   if (absl::GetFlag(FLAGS_fd_limit) > 0) SetFdLimit();
-  // Refuses to start over a live gmlaked; removes a stale socket file. The
-  // daemon accepts this socket's connections itself (GrpcUnixAcceptor, below)
-  // to learn who is calling.
-  absl::StatusOr<UniqueFd> grpc_listener = ListenUnix(grpc_path, mode);
-  if (!grpc_listener.ok()) {
-    return absl::Status(
-        grpc_listener.status().code(),
-        absl::StrCat("--socket: ", grpc_listener.status().message()));
+  absl::StatusOr<std::unique_ptr<Servers>> servers =
+      Servers::Start(lake->get(), *so);
+  if (!servers.ok()) return servers.status();
+  Logf("serving: gRPC on unix:%s (%s), descriptors on %s (mode %s)",
+       so->grpc_path, (*servers)->grpc_fd_guard(), so->fd_path,
+       absl::GetFlag(FLAGS_socket_mode));
+  if (!so->metrics_address.empty()) {
+    Logf("metrics: Prometheus text at %s", (*servers)->metrics_url());
   }
-  FdServerOptions fo;
-  fo.path = lo.fd_socket_path;
-  fo.mode = static_cast<mode_t>(mode);
-  fo.bind_timeout = lo.bind_timeout;
-  absl::StatusOr<std::unique_ptr<FdServer>> fd_server =
-      FdServer::Start(lake->get(), fo);
-  if (!fd_server.ok()) {
-    ::unlink(grpc_path.c_str());
-    return absl::Status(
-        fd_server.status().code(),
-        absl::StrCat("--fd_socket: ", fd_server.status().message()));
-  }
-
-  GrpcPeerCredentials grpc_peers;
-  LakeService service(lake->get(), LakeService::ByConnection(&grpc_peers));
-  // The standard health service (grpc.health.v1) beside the lake's, for
-  // probes (`gmlakectl health`): gmlaked's own, which limits a uid's Watch
-  // streams, in place of gRPC's built-in one.
-  HealthService health(
-      LakeService::ByConnection(&grpc_peers),
-      static_cast<size_t>(
-          std::max(1, absl::GetFlag(FLAGS_max_health_watches_per_uid))));
-  grpc::EnableDefaultHealthCheckService(false);
-  grpc::ServerBuilder builder;
-  builder.RegisterService(&service);
-  builder.RegisterService(&health);
-  builder.SetMaxReceiveMessageSize(8 << 20);
-  builder.SetMaxSendMessageSize(8 << 20);
-  // Bounds what one client can make gmlaked hold (with the acceptor's
-  // connection limits, below).
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONCURRENT_STREAMS,
-      std::max(1, absl::GetFlag(FLAGS_max_streams_per_connection)));
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-      static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grpc_idle_timeout)), 1,
-          INT32_MAX)));
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  absl::StatusOr<std::unique_ptr<GrpcUnixAcceptor>> acceptor =
-      server == nullptr
-          ? absl::UnavailableError("the gRPC server did not start")
-          : GrpcUnixAcceptor::Start(
-                server.get(), *std::move(grpc_listener), &grpc_peers,
-                GrpcAcceptorLimits{
-                    static_cast<size_t>(std::max(
-                        1, absl::GetFlag(FLAGS_max_grpc_connections_per_uid))),
-                    static_cast<size_t>(std::max(
-                        1, absl::GetFlag(FLAGS_max_grpc_connections)))},
-                *fd_guard);
-  if (!acceptor.ok()) {
-    (*fd_server)->Stop();
-    ::unlink(grpc_path.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on unix:", grpc_path, ": ",
-                     acceptor.status().message()));
-  }
-  health.SetServingStatus(v1::Lake::service_full_name(), true);
-  Logf("serving: gRPC on unix:%s (%s), descriptors on %s (mode %s)", grpc_path,
-       (*acceptor)->relay() != nullptr
-           ? "relayed: descriptors sent there are dropped"
-           : "the kernel refuses descriptors sent there",
-       lo.fd_socket_path, mode_text);
-
-  std::unique_ptr<MetricsServer> metrics;
-  if (const std::string address = absl::GetFlag(FLAGS_metrics_address);
-      !address.empty()) {
-    MetricsServerOptions mo;
-    mo.address = address;
-    Lake* books = lake->get();
-    absl::StatusOr<std::unique_ptr<MetricsServer>> m =
-        MetricsServer::Start(mo, [books] {
-          v1::StatusResponse st;
-          books->FillStatus(&st);
-          st.set_protocol_version(ProtocolVersion());
-          return RenderMetrics(st);
-        });
-    if (!m.ok()) {
-      server->Shutdown();
-      (*fd_server)->Stop();
-      ::unlink(grpc_path.c_str());
-      return m.status();
-    }
-    metrics = *std::move(m);
-    Logf("metrics: Prometheus text at %s", metrics->url());
-  }
-
   // Both sockets (and the metrics) serve: systemd may start what needs us.
-  {
-    v1::StatusResponse st;
-    (*lake)->FillStatus(&st);
-    Notify(notifier, absl::StrCat("READY=1\nSTATUS=", StatusLine(st)));
-  }
+  NotifyStatus(notifier, **lake, "READY=1\n");
 
   const int sig = ServeUntilStopped(lake->get(), notifier);
   Logf("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -607,17 +561,11 @@ absl::Status Run(const ServiceNotifier& notifier) {
   Notify(notifier, absl::StrFormat("STOPPING=1\nSTATUS=shutting down: ending "
                                    "%d sessions",
                                    ending.sessions_size()));
-  health.SetServingStatus(false);
-
   // Sessions end first (their Watch streams finish, waiting leases fail),
   // then the servers stop, then the chunks are released.
+  (*servers)->StopServing();
   (*lake)->Shutdown();
-  if (metrics != nullptr) metrics->Stop();
-  (*acceptor)->Stop();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
-  server->Wait();
-  (*fd_server)->Stop();
-  ::unlink(grpc_path.c_str());
+  (*servers)->Stop();
   v1::StatusResponse st;
   (*lake)->FillStatus(&st);
   uint64_t created = 0;

@@ -361,7 +361,16 @@ TEST(DaemonIntegration, BadFlagsStopTheStartWithAClearMessage) {
            {"--scrub=sometimes", "always, cross-uid or never"},
            {"--uid_quota=12XB", "--uid_quota"},
            {"--chunk_size=3MiB", "--chunk_size"},
-           {"--backend=accounting", "no memory to share"}}) {
+           {"--backend=accounting", "no memory to share"},
+           {"--host_capacity=big", "--host_capacity"},
+           {"--capacity=1GiB,2GiB", "one for all devices or one per device"},
+           {"--precreate=some", "--precreate"},
+           {"--socket_mode=0999", "not an octal mode"},
+           {"--max_sessions=0", "--max_sessions must be positive"},
+           {"--max_waiting_leases=0", "--max_waiting_leases"},
+           {"--pressure_patience=0s", "--pressure_patience must be positive"},
+           {"--release_idle=-1s", "--release_idle must be 0"},
+           {"--grpc_fd_guard=maybe", "passrights"}}) {
     absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start({flag});
     ASSERT_FALSE(d.ok()) << flag;
     EXPECT_THAT(d.status().message(), HasSubstr(words)) << flag;
