@@ -400,6 +400,45 @@ class DaemonChunkSource : public ChunkSource {
   // while idle chunks are here, they go back first.
   absl::StatusOr<std::vector<LeasedChunk>> Obtain(int device, uint64_t bytes,
                                                   IdleTake take);
+  // Obtain's request as it goes: the chunks taken from the idle ones, then
+  // leased (with the epoch of the link each came on), and the leases that
+  // cover the rest.
+  struct Obtaining {
+    std::vector<LeasedChunk> got;  // from_idle idle ones first
+    std::vector<uint64_t> epochs;  // one per chunk of `got`, as it fills
+    size_t from_idle = 0;
+    uint64_t missing = 0;  // bytes the idle chunks did not cover
+    uint64_t unit = 0;     // the device's chunk size
+    ChunkSizing sizing;
+    std::vector<ChunkRun> runs;  // one lease each
+    size_t ahead_run = 0;        // the run that leases `ahead` more (or none:
+    size_t ahead = 0;            // runs.size())
+    std::vector<LeasedChunk> ahead_got;
+    uint64_t ahead_epoch = 0;
+  };
+  // What a failed Obtain does next: keep this many idle bytes, and retry
+  // with any idle chunk that fits, or after giving the idle ones back.
+  struct ObtainFailed {
+    uint64_t keep_bytes = 0;
+    bool retry = false;
+    bool give_back_idle = false;
+  };
+  // Obtain's phases. While gmlaked is away and the idle chunks fall short,
+  // waits for it (up to reconnect_wait) holding nothing.
+  void WaitIfLostAndShort(int device, uint64_t bytes);
+  // Checks the request (device served, under the SetCapacity limit) and
+  // takes idle chunks for it as `take` says.
+  absl::Status TakeIdle(int device, uint64_t bytes, IdleTake take,
+                        Obtaining* o);
+  // Cuts the rest into runs, and picks the run that leases ahead and how
+  // many chunks it adds.
+  void PlanLeases(int device, uint64_t bytes, IdleTake take, Obtaining* o);
+  // One lease per run, lock down; stops at the first that fails.
+  absl::Status LeaseRuns(int device, IdleTake take, Obtaining* o);
+  // Books the outcome `s` of LeaseRuns: all chunks held, or (on failure)
+  // all idle, with what to do next.
+  ObtainFailed BookObtained(int device, IdleTake take, const absl::Status& s,
+                            Obtaining* o);
   // LeaseAndImport once the daemon is there: waits up to reconnect_wait
   // for a restarted one, and leases again if it restarted during the lease.
   absl::Status LeaseWhenLinked(int device, size_t count, uint64_t size,

@@ -62,7 +62,30 @@ absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
 
 absl::StatusOr<std::vector<DaemonChunkSource::LeasedChunk>>
 DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
-  const bool any_size = take != IdleTake::kUnit;
+  WaitIfLostAndShort(device, bytes);
+  Obtaining o;
+  if (absl::Status s = TakeIdle(device, bytes, take, &o); !s.ok()) return s;
+  if (bytes == 0) return std::move(o.got);
+  PlanLeases(device, bytes, take, &o);
+  const absl::Status s = LeaseRuns(device, take, &o);
+  const ObtainFailed failed = BookObtained(device, take, s, &o);
+  if (s.ok()) return std::move(o.got);
+  if (o.got.size() > o.from_idle) TrimIdle(device, failed.keep_bytes, 0);
+  if (!failed.retry && !failed.give_back_idle) return s;
+  // No room for chunks of the planned sizes while idle ones of others are
+  // here: those, before the caller hears there is no room. Else idle chunks
+  // none of which fits what is missing (leased ahead in other sizes, freed
+  // in larger ones) take the room of the chunks it needs: they go back to
+  // the lake, and the lease is asked again.
+  if (failed.give_back_idle) TrimIdle(device, 0, 0);
+  absl::StatusOr<std::vector<LeasedChunk>> again = Obtain(
+      device, bytes, failed.retry ? IdleTake::kAnyFit : IdleTake::kRoomMade);
+  if (again.ok() || !absl::IsResourceExhausted(again.status())) return again;
+  // What the lease that asked the other sessions found, not the retry's.
+  return s;
+}
+
+void DaemonChunkSource::WaitIfLostAndShort(int device, uint64_t bytes) {
   bool short_while_lost;
   {
     MutexLock l(&mu_);
@@ -75,151 +98,142 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
     // nothing (idle chunks taken now would miss its adoption).
     WaitForLink(absl::Now() + options_.reconnect_wait).IgnoreError();
   }
-  std::vector<LeasedChunk> got;
-  uint64_t missing = 0;
-  uint64_t unit = 0;
-  uint64_t idle_epoch = 0;
-  ChunkSizing sizing;
-  {
-    MutexLock l(&mu_);
-    if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "device %d does not exist: this process has devices 0..%d", device,
-          devices_.size() - 1));
-    }
-    if (bytes == 0) return got;
-    DeviceState& d = devices_[device];
-    if (d.daemon_device < 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "gmlaked at %s does not serve this process's device %d (%s); it "
-          "serves %s",
-          options_.socket_path, device, d.uuid,
-          absl::StrJoin(daemon_uuids_, ", ")));
-    }
-    unit = d.chunk_size;
-    const uint64_t after = d.held_bytes + bytes;
-    if (d.limit != 0 && after > d.limit) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "acquiring %s on device %d would put this process at %s, over its "
-          "limit of %s (SetCapacity)",
-          FormatBytes(bytes), device, FormatBytes(after),
-          FormatBytes(d.limit)));
-    }
-    // A refill on its way that covers this: wait for it rather than lease.
-    if (WaitForRefillLocked(device, bytes)) background_waits_.fetch_add(1);
-    sizing = SizingLocked(d);
-    const uint64_t have =
-        take == IdleTake::kPlanned
-            ? TakePlannedChunks(&d.idle, bytes, sizing, &got)
-            : TakeKeptChunks(&d.idle, bytes, take == IdleTake::kUnit ? unit : 0,
-                             &got);
-    d.idle_bytes -= have;
-    // What was taken was leased ahead for this, as far as it goes.
-    if (have > 0 && d.ahead_bytes > 0) {
-      d.ahead_bytes -= std::min(d.ahead_bytes, have);
-      d.grew = true;
-    }
-    missing = bytes - have;
-    idle_epoch = epoch_;
+}
+
+absl::Status DaemonChunkSource::TakeIdle(int device, uint64_t bytes,
+                                         IdleTake take, Obtaining* o) {
+  MutexLock l(&mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device %d does not exist: this process has devices 0..%d", device,
+        devices_.size() - 1));
   }
-  const size_t from_idle = got.size();
+  if (bytes == 0) return absl::OkStatus();
+  DeviceState& d = devices_[device];
+  if (d.daemon_device < 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "gmlaked at %s does not serve this process's device %d (%s); it "
+        "serves %s",
+        options_.socket_path, device, d.uuid,
+        absl::StrJoin(daemon_uuids_, ", ")));
+  }
+  o->unit = d.chunk_size;
+  const uint64_t after = d.held_bytes + bytes;
+  if (d.limit != 0 && after > d.limit) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "acquiring %s on device %d would put this process at %s, over its "
+        "limit of %s (SetCapacity)",
+        FormatBytes(bytes), device, FormatBytes(after), FormatBytes(d.limit)));
+  }
+  // A refill on its way that covers this: wait for it rather than lease.
+  if (WaitForRefillLocked(device, bytes)) background_waits_.fetch_add(1);
+  o->sizing = SizingLocked(d);
+  const uint64_t have =
+      take == IdleTake::kPlanned
+          ? TakePlannedChunks(&d.idle, bytes, o->sizing, &o->got)
+          : TakeKeptChunks(&d.idle, bytes,
+                           take == IdleTake::kUnit ? o->unit : 0, &o->got);
+  d.idle_bytes -= have;
+  // What was taken was leased ahead for this, as far as it goes.
+  if (have > 0 && d.ahead_bytes > 0) {
+    d.ahead_bytes -= std::min(d.ahead_bytes, have);
+    d.grew = true;
+  }
+  o->missing = bytes - have;
+  o->from_idle = o->got.size();
+  o->epochs.assign(o->from_idle, epoch_);
+  return absl::OkStatus();
+}
+
+void DaemonChunkSource::PlanLeases(int device, uint64_t bytes, IdleTake take,
+                                   Obtaining* o) {
   // The rest in runs of one size each: one lease per run.
-  const uint64_t base = sizing.base;
-  std::vector<ChunkRun> runs;
-  if (any_size) {
-    runs = PlanChunks(missing, sizing);
-  } else if (missing > 0) {
-    runs.push_back({unit, missing / unit});
+  if (take != IdleTake::kUnit) {
+    o->runs = PlanChunks(o->missing, o->sizing);
+  } else if (o->missing > 0) {
+    o->runs.push_back({o->unit, o->missing / o->unit});
   }
+  o->ahead_run = o->runs.size();
   // A small shortfall (no chunk past the base) leases the next ones ahead
   // with its largest run, in chunks of that run's size; a large one is one
   // lease of large chunks already.
-  size_t ahead = 0;
-  size_t ahead_run = runs.size();
-  if (!runs.empty() && runs[0].size <= std::max(base, unit)) {
-    ahead_run = 0;
-    for (size_t i = 1; i < runs.size(); ++i) {
-      if (runs[i].size * runs[i].count >
-          runs[ahead_run].size * runs[ahead_run].count) {
-        ahead_run = i;
-      }
-    }
-    MutexLock l(&mu_);
-    ahead = AheadChunksLocked(devices_[device], missing, bytes,
-                              runs[ahead_run].size);
-    if (ahead > 0) devices_[device].ahead_chunk = runs[ahead_run].size;
+  if (o->runs.empty() || o->runs[0].size > std::max(o->sizing.base, o->unit)) {
+    return;
   }
+  o->ahead_run = 0;
+  for (size_t i = 1; i < o->runs.size(); ++i) {
+    if (o->runs[i].size * o->runs[i].count >
+        o->runs[o->ahead_run].size * o->runs[o->ahead_run].count) {
+      o->ahead_run = i;
+    }
+  }
+  const uint64_t size = o->runs[o->ahead_run].size;
+  MutexLock l(&mu_);
+  o->ahead = AheadChunksLocked(devices_[device], o->missing, bytes, size);
+  if (o->ahead > 0) devices_[device].ahead_chunk = size;
+}
+
+absl::Status DaemonChunkSource::LeaseRuns(int device, IdleTake take,
+                                          Obtaining* o) {
   // A retry (kAnyFit, kRoomMade) does not ask the other sessions again:
   // they were asked for this request (and the lease waited while memory
   // came back), so a real out-of-memory comes after one such wait.
   const bool may_press = take == IdleTake::kUnit || take == IdleTake::kPlanned;
-  std::vector<uint64_t> epochs(from_idle, idle_epoch);
-  std::vector<LeasedChunk> ahead_got;
-  uint64_t ahead_epoch = 0;
-  absl::Status s = absl::OkStatus();
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const ChunkRun& run = runs[i];
+  for (size_t i = 0; i < o->runs.size(); ++i) {
+    const ChunkRun& run = o->runs[i];
     uint64_t lease_epoch = 0;
     blocking_leases_.fetch_add(1);
-    s = LeaseWithAhead(device, run.count, i == ahead_run ? ahead : 0, run.size,
-                       &got, &ahead_got, &lease_epoch, may_press);
-    if (!s.ok()) break;
-    epochs.resize(got.size(), lease_epoch);
-    if (!ahead_got.empty()) ahead_epoch = lease_epoch;
+    absl::Status s = LeaseWithAhead(
+        device, run.count, i == o->ahead_run ? o->ahead : 0, run.size, &o->got,
+        &o->ahead_got, &lease_epoch, may_press);
+    if (!s.ok()) return s;
+    o->epochs.resize(o->got.size(), lease_epoch);
+    if (!o->ahead_got.empty()) o->ahead_epoch = lease_epoch;
   }
-  uint64_t keep = 0;
-  bool retry = false;
-  bool give_back_idle = false;
-  {
-    MutexLock l(&mu_);
-    // Ids of another daemon than the current one (it restarted meanwhile,
-    // and these were not in the maps it was shown): kept, uncounted.
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (i >= epochs.size() || epochs[i] != epoch_) got[i].id = 0;
-    }
-    DeviceState& d = devices_[device];
-    uint64_t leased = 0;
-    for (size_t i = from_idle; i < got.size(); ++i) leased += got[i].size;
-    for (LeasedChunk& c : ahead_got) {
-      if (ahead_epoch != epoch_) c.id = 0;
-      d.Idle(c);
-      d.ahead_bytes += c.size;
-      leased += c.size;
-    }
-    if (leased > 0) {
-      d.streak_bytes += leased;
-      d.grew = true;
-      d.ahead_paused_bytes -= std::min(d.ahead_paused_bytes, leased);
-    }
-    if (s.ok()) {
-      for (const LeasedChunk& c : got) d.Hold(c);
-      MaybeRefillLocked(device);
-      return got;
-    }
-    // All or nothing: the idle chunks taken, and those of runs leased
-    // before the one that failed, are idle (the watermark decides below
-    // which stay, besides what was leased ahead).
-    for (const LeasedChunk& c : got) d.Idle(c);
-    keep = options_.idle_watermark_bytes + d.ahead_bytes;
-    retry = take == IdleTake::kPlanned && absl::IsResourceExhausted(s) &&
-            d.idle_bytes >= missing;
-    give_back_idle =
-        !retry && (take == IdleTake::kPlanned || take == IdleTake::kAnyFit) &&
-        absl::IsResourceExhausted(s) && d.idle_bytes > 0;
+  return absl::OkStatus();
+}
+
+DaemonChunkSource::ObtainFailed DaemonChunkSource::BookObtained(
+    int device, IdleTake take, const absl::Status& s, Obtaining* o) {
+  MutexLock l(&mu_);
+  // Ids of another daemon than the current one (it restarted meanwhile,
+  // and these were not in the maps it was shown): kept, uncounted.
+  for (size_t i = 0; i < o->got.size(); ++i) {
+    if (i >= o->epochs.size() || o->epochs[i] != epoch_) o->got[i].id = 0;
   }
-  if (got.size() > from_idle) TrimIdle(device, keep, 0);
-  if (!retry && !give_back_idle) return s;
-  // No room for chunks of the planned sizes while idle ones of others are
-  // here: those, before the caller hears there is no room. Else idle chunks
-  // none of which fits what is missing (leased ahead in other sizes, freed
-  // in larger ones) take the room of the chunks it needs: they go back to
-  // the lake, and the lease is asked again.
-  if (give_back_idle) TrimIdle(device, 0, 0);
-  absl::StatusOr<std::vector<LeasedChunk>> again =
-      Obtain(device, bytes, retry ? IdleTake::kAnyFit : IdleTake::kRoomMade);
-  if (again.ok() || !absl::IsResourceExhausted(again.status())) return again;
-  // What the lease that asked the other sessions found, not the retry's.
-  return s;
+  DeviceState& d = devices_[device];
+  uint64_t leased = 0;
+  for (size_t i = o->from_idle; i < o->got.size(); ++i) {
+    leased += o->got[i].size;
+  }
+  for (LeasedChunk& c : o->ahead_got) {
+    if (o->ahead_epoch != epoch_) c.id = 0;
+    d.Idle(c);
+    d.ahead_bytes += c.size;
+    leased += c.size;
+  }
+  if (leased > 0) {
+    d.streak_bytes += leased;
+    d.grew = true;
+    d.ahead_paused_bytes -= std::min(d.ahead_paused_bytes, leased);
+  }
+  if (s.ok()) {
+    for (const LeasedChunk& c : o->got) d.Hold(c);
+    MaybeRefillLocked(device);
+    return {};
+  }
+  // All or nothing: the idle chunks taken, and those of runs leased
+  // before the one that failed, are idle (the watermark decides which
+  // stay, besides what was leased ahead).
+  for (const LeasedChunk& c : o->got) d.Idle(c);
+  ObtainFailed f;
+  f.keep_bytes = options_.idle_watermark_bytes + d.ahead_bytes;
+  f.retry = take == IdleTake::kPlanned && absl::IsResourceExhausted(s) &&
+            d.idle_bytes >= o->missing;
+  f.give_back_idle =
+      !f.retry && (take == IdleTake::kPlanned || take == IdleTake::kAnyFit) &&
+      absl::IsResourceExhausted(s) && d.idle_bytes > 0;
+  return f;
 }
 
 ChunkSizing DaemonChunkSource::SizingLocked(const DeviceState& d) const {
