@@ -682,11 +682,8 @@ Block* DeviceAllocator::FreeBlockAt(Arena* arena, size_t page) const {
   return nullptr;
 }
 
-Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
-  if (dormant_pages_ == 0) return nullptr;
-  const size_t need = (size + page_size_ - 1) / page_size_;
-  // Where each whole free chunk is in use now (mapped in a free block).
-  absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>> free_at;
+DeviceAllocator::FreeChunkPlaces DeviceAllocator::FreeChunksInUse() const {
+  FreeChunkPlaces free_at;
   for (auto& p : pools_) {
     if (!p->LendsChunks()) continue;
     p->free.ForEach([&](Block* b) {
@@ -698,17 +695,17 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
       }
     });
   }
-  if (free_at.empty()) return nullptr;
-  // The first window of `need` pages of dormant chunks, all free and all
-  // different (a chunk mapped twice in one block would alias itself).
-  Arena* arena = nullptr;
-  size_t first = 0, end = 0;
+  return free_at;
+}
+
+DeviceAllocator::DormantWindow DeviceAllocator::FindDormantWindow(
+    const Pool& pool, size_t need, const FreeChunkPlaces& free_at) const {
   absl::flat_hash_map<ChunkHandle, size_t> window;
-  for (auto& a : pool->small ? small_arenas_ : large_arenas_) {
+  for (auto& a : pool.small ? small_arenas_ : large_arenas_) {
     for (const auto& [run_first, run_end] : a->dormant_runs) {
       window.clear();
       size_t start = run_first;
-      for (size_t q = run_first; q < run_end && arena == nullptr;) {
+      for (size_t q = run_first; q < run_end;) {
         const ChunkHandle c = a->dormant[q];
         const size_t n = a->dormant_pages[q];
         if (!free_at.contains(c)) {
@@ -726,17 +723,25 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
           window[c] = q;
         }
         q += n;
-        if (q - start >= need && !window.empty()) {
-          arena = a.get();
-          first = start;
-          end = q;
-        }
+        if (q - start >= need && !window.empty()) return {a.get(), start, q};
       }
-      if (arena != nullptr) break;
     }
-    if (arena != nullptr) break;
   }
-  if (arena == nullptr) return nullptr;
+  return {};
+}
+
+Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
+  if (dormant_pages_ == 0) return nullptr;
+  const size_t need = (size + page_size_ - 1) / page_size_;
+  // Where each whole free chunk is in use now (mapped in a free block).
+  const FreeChunkPlaces free_at = FreeChunksInUse();
+  if (free_at.empty()) return nullptr;
+  // The first window of `need` pages of dormant chunks, all free and all
+  // different (a chunk mapped twice in one block would alias itself).
+  const DormantWindow w = FindDormantWindow(*pool, need, free_at);
+  if (w.arena == nullptr) return nullptr;
+  Arena* const arena = w.arena;
+  const size_t first = w.first, end = w.end;
 
   // The window leaves the dormant books and is in flight; its chunks leave
   // the free blocks they are in (those pages stay mapped: dormant, below).
@@ -750,7 +755,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
     auto it = dormant_count_.find(c.handle);
     if (--it->second == 0) dormant_count_.erase(it);
     --stats_.dormant_chunks;
-    const auto [a, q] = free_at[c.handle];
+    const auto [a, q] = free_at.at(c.handle);
     Block* f = FreeBlockAt(a, q);
     if (std::find(streams.begin(), streams.end(), f->pool->stream) ==
         streams.end()) {
@@ -775,18 +780,7 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   in_transit_bytes_ -= bytes;
   arena->in_flight.erase(first);
   if (!handed.ok()) {
-    // Everything back where it was: the chunks in their free blocks, the
-    // window dormant.
-    for (Detached& d : moved) {
-      d.arena->in_flight.erase(d.first_page);
-      RecordMapped(d.arena, d.first_page, d.chunks);
-      AdoptPages(d.arena, d.first_page, PagesOf(d.chunks, page_size_), d.pool);
-    }
-    RecordDormant(arena, first, chunks, next_gen_++);
-    dormant_pages_ += end - first;
-    for (const SizedChunk& c : chunks) ++dormant_count_[c.handle];
-    stats_.dormant_chunks += static_cast<int64_t>(chunks.size());
-    idle_events_.insert(idle_events_.end(), events.begin(), events.end());
+    UndoReactivate(w, chunks, &moved, &events);
     return nullptr;
   }
   for (Detached& d : moved) d.taken = true;
@@ -796,6 +790,24 @@ Block* DeviceAllocator::Reactivate(Pool* pool, size_t size) {
   Block* b = AdoptPages(arena, first, end - first, pool);
   pool->free.Remove(b);
   return b;
+}
+
+void DeviceAllocator::UndoReactivate(const DormantWindow& w,
+                                     const std::vector<SizedChunk>& chunks,
+                                     std::vector<Detached>* moved,
+                                     std::vector<EventHandle>* events) {
+  // Everything back where it was: the chunks in their free blocks, the
+  // window dormant.
+  for (Detached& d : *moved) {
+    d.arena->in_flight.erase(d.first_page);
+    RecordMapped(d.arena, d.first_page, d.chunks);
+    AdoptPages(d.arena, d.first_page, PagesOf(d.chunks, page_size_), d.pool);
+  }
+  RecordDormant(w.arena, w.first, chunks, next_gen_++);
+  dormant_pages_ += w.end - w.first;
+  for (const SizedChunk& c : chunks) ++dormant_count_[c.handle];
+  stats_.dormant_chunks += static_cast<int64_t>(chunks.size());
+  idle_events_.insert(idle_events_.end(), events->begin(), events->end());
 }
 
 uint64_t DeviceAllocator::GiveBack(std::vector<SizedChunk> chunks) {

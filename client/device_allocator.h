@@ -316,6 +316,22 @@ class DeviceAllocator {
   // events only, no map call; their free pages elsewhere go dormant. Null
   // when no dormant window fits.
   Block* Reactivate(Pool* pool, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each whole chunk mapped in a free block of a pool that lends chunks:
+  // its arena and first page there.
+  using FreeChunkPlaces =
+      absl::flat_hash_map<ChunkHandle, std::pair<Arena*, size_t>>;
+  FreeChunkPlaces FreeChunksInUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pages [first, end) of dormant chunks of `arena`; arena null: none.
+  struct DormantWindow {
+    Arena* arena = nullptr;
+    size_t first = 0;
+    size_t end = 0;
+  };
+  // The first window of at least `need` pages in the dormant runs of
+  // `pool`'s arenas whose chunks are all in `free_at` and all different.
+  DormantWindow FindDormantWindow(const Pool& pool, size_t need,
+                                  const FreeChunkPlaces& free_at) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block holding the page at `page` of `arena`.
   Block* FreeBlockAt(Arena* arena, size_t page) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -367,6 +383,14 @@ class DeviceAllocator {
     // still mapped here, to be unmapped when retired).
     bool taken = false;
   };
+  // Reactivate's hand-over failed: the window's chunks go back to the free
+  // blocks they came from, the window back to the dormant books, and the
+  // events back to the idle ones.
+  void UndoReactivate(const DormantWindow& w,
+                      const std::vector<SizedChunk>& chunks,
+                      std::vector<Detached>* moved,
+                      std::vector<EventHandle>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A free block of at least `size` bytes for `pool`, out of the index.
   // Each try plans a mapping, gathers its chunks (GatherChunks), maps them
