@@ -246,6 +246,213 @@ int LakeMain(const std::vector<std::string>& args) {
   return 0;
 }
 
+// --baseline's "traces" object (empty without the flag); false, after
+// saying why, when it cannot be read.
+bool LoadBaseline(nlohmann::json* baseline) {
+  const std::string b = absl::GetFlag(FLAGS_baseline);
+  if (b.empty()) return true;
+  std::ifstream in(Resolve(b));
+  if (!in) {
+    std::cerr << "gmlake-replay: cannot read --baseline " << Resolve(b) << "\n";
+    return false;
+  }
+  try {
+    *baseline = nlohmann::json::parse(in)["traces"];
+  } catch (const std::exception& e) {
+    std::cerr << "gmlake-replay: --baseline " << b
+              << " is not JSON: " << e.what() << "\n";
+    return false;
+  }
+  return true;
+}
+
+// One trace's figures, as --json prints them.
+nlohmann::json ResultJson(const Trace& trace, const ReplayConfig& config,
+                          const ReplayResult& r) {
+  nlohmann::json out;
+  out["trace"] = trace.name;
+  out["events"] = trace.events.size();
+  out["backend"] = config.backend;
+  out["peak_live_bytes"] = trace.peak_live_bytes;
+  out["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  out["reserved_over_live"] =
+      r.peak_reserved_bytes / static_cast<double>(trace.peak_live_bytes);
+  out["driver_calls"] = r.calls.MemoryCalls();
+  out["driver_calls_second_half"] = r.calls_second_half.MemoryCalls();
+  out["driver_seconds"] = r.calls.TotalNanos() * 1e-9;
+  for (int c = 0; c < kNumVmmCalls; ++c) {
+    if (r.calls.count[c] == 0) continue;
+    const std::string name(VmmCallName(static_cast<VmmCall>(c)));
+    out["driver_calls_by_kind"][name] = r.calls.count[c];
+    out["driver_seconds_by_kind"][name] = r.calls.nanos[c] * 1e-9;
+    if (r.calls_second_half.count[c] != 0) {
+      out["driver_calls_second_half_by_kind"][name] =
+          r.calls_second_half.count[c];
+    }
+  }
+  out["host_waits"] = r.stats.host_waits;
+  out["unmaps"] = r.calls.Count(VmmCall::kUnmap);
+  out["first_half_peak_live_bytes"] = r.first_half_peak_live_bytes;
+  out["calls_for_second_half_peak"] = r.calls_for_second_half_peak;
+  out["stitches"] = r.stats.stitches;
+  out["reactivations"] = r.stats.reactivations;
+  out["slow_path_seconds"] = r.stats.slow_path_us / 1e6;
+  out["covers"] = r.stats.covers;
+  out["dormant_chunks"] = r.stats.dormant_chunks;
+  out["chunks_stolen"] = r.stats.chunks_stolen;
+  out["ns_per_op_p50"] = r.ns_per_op_p50;
+  out["ns_per_op_p99"] = r.ns_per_op_p99;
+  out["timer_ns_p50"] = r.timer_ns_p50;
+  out["replay_seconds"] = r.seconds;
+  return out;
+}
+
+// PyTorch's figures for the trace from the baseline, beside ours in `out`.
+void AddPyTorchFigures(const nlohmann::json& baseline, const std::string& name,
+                       nlohmann::json* out) {
+  if (!baseline.contains(name)) return;
+  const nlohmann::json& b = baseline[name];
+  for (const char* who : {"pytorch_native", "pytorch_expandable_segments"}) {
+    if (!b.contains(who)) continue;
+    for (const char* key : {"peak_reserved_bytes", "min_capacity_bytes"}) {
+      if (!b[who].contains(key)) continue;
+      const double v = b[who][key].get<double>();
+      (*out)[who][key] = v;
+      (*out)[who][std::string(key).substr(0, std::string(key).size() - 6) +
+                  "_over_live"] = v / b["peak_live_bytes"].get<double>();
+    }
+  }
+}
+
+// The figure of memory over time, with PyTorch's peaks from the baseline.
+absl::Status DrawFigure(const std::string& figure, const Trace& trace,
+                        const ReplayResult& r, const nlohmann::json& baseline) {
+  PyTorchPeaks peaks;
+  if (baseline.contains(trace.name)) {
+    const nlohmann::json& b = baseline[trace.name];
+    auto peak = [&](const char* who) -> uint64_t {
+      if (!b.contains(who) || !b[who].contains("peak_reserved_bytes")) {
+        return 0;
+      }
+      return b[who]["peak_reserved_bytes"].get<uint64_t>();
+    };
+    peaks.native_reserved = peak("pytorch_native");
+    peaks.expandable_reserved = peak("pytorch_expandable_segments");
+  }
+  return WriteSvg(
+      figure, RenderSvg(TraceMemoryChart(trace, r.reserved_timeline, peaks)));
+}
+
+void PrintTableHeader() {
+  std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n",
+              "trace", "events", "live GiB", "reserved", "native", "expand.",
+              "min cap", "native", "expand.", "driver", "2nd half", "stitches",
+              "p50ns", "p99ns");
+  std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n", "",
+              "", "", "/live", "reserved", "reserved", "/live", "min cap",
+              "min cap", "calls", "calls", "", "", "");
+}
+
+void PrintTableRow(const nlohmann::json& out, const Trace& trace,
+                   const ReplayResult& r, bool bisect) {
+  auto ratio = [&](const char* who, const char* key) -> std::string {
+    if (!out.contains(who) || !out[who].contains(key)) return "-";
+    return absl::StrFormat("%.3f", out[who][key].get<double>());
+  };
+  std::printf(
+      "%-22s %8zu %9.2f %9.3f %9s %9s %9s %9s %9s %8llu %8llu %8lld %6.0f "
+      "%6.0f\n",
+      trace.name.c_str(), trace.events.size(), Gib(trace.peak_live_bytes),
+      out["reserved_over_live"].get<double>(),
+      ratio("pytorch_native", "peak_reserved_over_live").c_str(),
+      ratio("pytorch_expandable_segments", "peak_reserved_over_live").c_str(),
+      bisect
+          ? absl::StrFormat("%.3f", out["min_capacity_over_live"].get<double>())
+                .c_str()
+          : "-",
+      ratio("pytorch_native", "min_capacity_over_live").c_str(),
+      ratio("pytorch_expandable_segments", "min_capacity_over_live").c_str(),
+      static_cast<unsigned long long>(r.calls.MemoryCalls()),
+      static_cast<unsigned long long>(r.calls_second_half.MemoryCalls()),
+      static_cast<long long>(r.stats.stitches), r.ns_per_op_p50,
+      r.ns_per_op_p99);
+}
+
+// Replays one trace file and prints its row or JSON line; false, after
+// saying why, when it does not load, replay, bisect or draw.
+bool ReplayOne(const std::string& file, const std::string& tag,
+               const std::string& figure_or_dir, bool one_figure,
+               const nlohmann::json& baseline) {
+  Progress(absl::StrCat(tag, "loading ", file));
+  absl::StatusOr<Trace> trace = LoadTrace(file);
+  if (!trace.ok()) {
+    std::cerr << "\ngmlake-replay: " << trace.status().message() << "\n";
+    return false;
+  }
+  Progress(absl::StrCat(tag, trace->name, ": replaying ", trace->events.size(),
+                        " events on ", absl::GetFlag(FLAGS_backend)));
+  ReplayConfig config;
+  config.backend = absl::GetFlag(FLAGS_backend);
+  config.conf = absl::GetFlag(FLAGS_conf);
+  config.time_ops = true;
+  config.check_every = absl::GetFlag(FLAGS_check_every);
+  const std::string figure =
+      one_figure || figure_or_dir.empty()
+          ? figure_or_dir
+          : absl::StrCat(figure_or_dir, "/", trace->name, ".svg");
+  if (!figure.empty()) config.timeline_points = 1000;
+  absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, config, 0);
+  if (!r.ok() || !r->completed) {
+    std::cerr << "\ngmlake-replay: " << trace->name << ": "
+              << (r.ok() ? r->error : std::string(r.status().message()))
+              << "\n";
+    return false;
+  }
+  nlohmann::json out = ResultJson(*trace, config, *r);
+  const bool bisect = absl::GetFlag(FLAGS_capacity);
+  if (bisect) {
+    ReplayConfig bc = config;
+    bc.backend = absl::GetFlag(FLAGS_bisect_backend);
+    const uint64_t res = absl::GetFlag(FLAGS_resolution_mib) << 20;
+    absl::StatusOr<uint64_t> cap = BisectMinCapacity(
+        *trace, bc, trace->peak_live_bytes, r->peak_reserved_bytes + res, res,
+        [&](uint64_t c, bool ok) {
+          Progress(absl::StrFormat("%s%s: capacity %.3f GiB %s", tag,
+                                   trace->name, Gib(c),
+                                   ok ? "fits" : "runs out"));
+        });
+    if (!cap.ok()) {
+      std::cerr << "\ngmlake-replay: " << trace->name << ": "
+                << cap.status().message() << "\n";
+      return false;
+    }
+    out["min_capacity_bytes"] = *cap;
+    out["min_capacity_over_live"] =
+        *cap / static_cast<double>(trace->peak_live_bytes);
+  }
+  AddPyTorchFigures(baseline, trace->name, &out);
+  bool ok = true;
+  if (!figure.empty()) {
+    if (absl::Status s = DrawFigure(figure, *trace, *r, baseline); !s.ok()) {
+      std::cerr << "\ngmlake-replay: --plot: " << s.message() << "\n";
+      ok = false;
+    } else {
+      out["figure"] = figure;
+      Progress("");
+      std::cerr << "gmlake-replay: figure of " << trace->name << ": " << figure
+                << "\n";
+    }
+  }
+  Progress("");
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    PrintTableRow(out, *trace, *r, bisect);
+  }
+  std::fflush(stdout);
+  return ok;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gmlake-replay [--capacity] [--baseline=FILE] [--json]\n"
@@ -264,21 +471,7 @@ int Main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_lake)) return LakeMain(args);
   nlohmann::json baseline;
-  if (const std::string b = absl::GetFlag(FLAGS_baseline); !b.empty()) {
-    std::ifstream in(Resolve(b));
-    if (!in) {
-      std::cerr << "gmlake-replay: cannot read --baseline " << Resolve(b)
-                << "\n";
-      return 2;
-    }
-    try {
-      baseline = nlohmann::json::parse(in)["traces"];
-    } catch (const std::exception& e) {
-      std::cerr << "gmlake-replay: --baseline " << b
-                << " is not JSON: " << e.what() << "\n";
-      return 2;
-    }
-  }
+  if (!LoadBaseline(&baseline)) return 2;
   const std::vector<std::string> files = TraceFiles(args);
   if (files.empty()) {
     std::cerr << "gmlake-replay: no traces found\n";
@@ -298,172 +491,14 @@ int Main(int argc, char** argv) {
               << std::strerror(errno) << "\n";
     return 2;
   }
-  const bool json = absl::GetFlag(FLAGS_json);
-  const bool bisect = absl::GetFlag(FLAGS_capacity);
-  if (!json) {
-    std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n",
-                "trace", "events", "live GiB", "reserved", "native", "expand.",
-                "min cap", "native", "expand.", "driver", "2nd half",
-                "stitches", "p50ns", "p99ns");
-    std::printf("%-22s %8s %9s %9s %9s %9s %9s %9s %9s %8s %8s %8s %6s %6s\n",
-                "", "", "", "/live", "reserved", "reserved", "/live", "min cap",
-                "min cap", "calls", "calls", "", "", "");
-  }
+  if (!absl::GetFlag(FLAGS_json)) PrintTableHeader();
   int failures = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string tag = absl::StrCat("[", i + 1, "/", files.size(), "] ");
-    Progress(absl::StrCat(tag, "loading ", files[i]));
-    absl::StatusOr<Trace> trace = LoadTrace(files[i]);
-    if (!trace.ok()) {
-      std::cerr << "\ngmlake-replay: " << trace.status().message() << "\n";
+    if (!ReplayOne(files[i], tag, !plot.empty() ? plot : plot_dir,
+                   !plot.empty(), baseline)) {
       ++failures;
-      continue;
     }
-    Progress(absl::StrCat(tag, trace->name, ": replaying ",
-                          trace->events.size(), " events on ",
-                          absl::GetFlag(FLAGS_backend)));
-    ReplayConfig config;
-    config.backend = absl::GetFlag(FLAGS_backend);
-    config.conf = absl::GetFlag(FLAGS_conf);
-    config.time_ops = true;
-    config.check_every = absl::GetFlag(FLAGS_check_every);
-    const std::string figure =
-        !plot.empty()       ? plot
-        : !plot_dir.empty() ? absl::StrCat(plot_dir, "/", trace->name, ".svg")
-                            : "";
-    if (!figure.empty()) config.timeline_points = 1000;
-    absl::StatusOr<ReplayResult> r = ReplayTrace(*trace, config, 0);
-    if (!r.ok() || !r->completed) {
-      std::cerr << "\ngmlake-replay: " << trace->name << ": "
-                << (r.ok() ? r->error : std::string(r.status().message()))
-                << "\n";
-      ++failures;
-      continue;
-    }
-    const double live = static_cast<double>(trace->peak_live_bytes);
-    nlohmann::json out;
-    out["trace"] = trace->name;
-    out["events"] = trace->events.size();
-    out["backend"] = config.backend;
-    out["peak_live_bytes"] = trace->peak_live_bytes;
-    out["peak_reserved_bytes"] = r->peak_reserved_bytes;
-    out["reserved_over_live"] = r->peak_reserved_bytes / live;
-    out["driver_calls"] = r->calls.MemoryCalls();
-    out["driver_calls_second_half"] = r->calls_second_half.MemoryCalls();
-    out["driver_seconds"] = r->calls.TotalNanos() * 1e-9;
-    for (int c = 0; c < kNumVmmCalls; ++c) {
-      if (r->calls.count[c] == 0) continue;
-      const std::string name(VmmCallName(static_cast<VmmCall>(c)));
-      out["driver_calls_by_kind"][name] = r->calls.count[c];
-      out["driver_seconds_by_kind"][name] = r->calls.nanos[c] * 1e-9;
-      if (r->calls_second_half.count[c] != 0) {
-        out["driver_calls_second_half_by_kind"][name] =
-            r->calls_second_half.count[c];
-      }
-    }
-    out["host_waits"] = r->stats.host_waits;
-    out["unmaps"] = r->calls.Count(VmmCall::kUnmap);
-    out["first_half_peak_live_bytes"] = r->first_half_peak_live_bytes;
-    out["calls_for_second_half_peak"] = r->calls_for_second_half_peak;
-    out["stitches"] = r->stats.stitches;
-    out["reactivations"] = r->stats.reactivations;
-    out["slow_path_seconds"] = r->stats.slow_path_us / 1e6;
-    out["covers"] = r->stats.covers;
-    out["dormant_chunks"] = r->stats.dormant_chunks;
-    out["chunks_stolen"] = r->stats.chunks_stolen;
-    out["ns_per_op_p50"] = r->ns_per_op_p50;
-    out["ns_per_op_p99"] = r->ns_per_op_p99;
-    out["timer_ns_p50"] = r->timer_ns_p50;
-    out["replay_seconds"] = r->seconds;
-    if (bisect) {
-      ReplayConfig bc = config;
-      bc.backend = absl::GetFlag(FLAGS_bisect_backend);
-      const uint64_t res = absl::GetFlag(FLAGS_resolution_mib) << 20;
-      absl::StatusOr<uint64_t> cap = BisectMinCapacity(
-          *trace, bc, trace->peak_live_bytes, r->peak_reserved_bytes + res, res,
-          [&](uint64_t c, bool ok) {
-            Progress(absl::StrFormat("%s%s: capacity %.3f GiB %s", tag,
-                                     trace->name, Gib(c),
-                                     ok ? "fits" : "runs out"));
-          });
-      if (!cap.ok()) {
-        std::cerr << "\ngmlake-replay: " << trace->name << ": "
-                  << cap.status().message() << "\n";
-        ++failures;
-        continue;
-      }
-      out["min_capacity_bytes"] = *cap;
-      out["min_capacity_over_live"] = *cap / live;
-    }
-    if (baseline.contains(trace->name)) {
-      const nlohmann::json& b = baseline[trace->name];
-      for (const char* who :
-           {"pytorch_native", "pytorch_expandable_segments"}) {
-        if (!b.contains(who)) continue;
-        for (const char* key : {"peak_reserved_bytes", "min_capacity_bytes"}) {
-          if (!b[who].contains(key)) continue;
-          const double v = b[who][key].get<double>();
-          out[who][key] = v;
-          out[who][std::string(key).substr(0, std::string(key).size() - 6) +
-                   "_over_live"] = v / b["peak_live_bytes"].get<double>();
-        }
-      }
-    }
-    if (!figure.empty()) {
-      PyTorchPeaks peaks;
-      if (baseline.contains(trace->name)) {
-        const nlohmann::json& b = baseline[trace->name];
-        auto peak = [&](const char* who) -> uint64_t {
-          if (!b.contains(who) || !b[who].contains("peak_reserved_bytes")) {
-            return 0;
-          }
-          return b[who]["peak_reserved_bytes"].get<uint64_t>();
-        };
-        peaks.native_reserved = peak("pytorch_native");
-        peaks.expandable_reserved = peak("pytorch_expandable_segments");
-      }
-      absl::Status s = WriteSvg(
-          figure,
-          RenderSvg(TraceMemoryChart(*trace, r->reserved_timeline, peaks)));
-      if (!s.ok()) {
-        std::cerr << "\ngmlake-replay: --plot: " << s.message() << "\n";
-        ++failures;
-      } else {
-        out["figure"] = figure;
-        Progress("");
-        std::cerr << "gmlake-replay: figure of " << trace->name << ": "
-                  << figure << "\n";
-      }
-    }
-    Progress("");
-    if (json) {
-      std::printf("%s\n", out.dump().c_str());
-    } else {
-      auto ratio = [&](const char* who, const char* key) -> std::string {
-        if (!out.contains(who) || !out[who].contains(key)) return "-";
-        return absl::StrFormat("%.3f", out[who][key].get<double>());
-      };
-      std::printf(
-          "%-22s %8zu %9.2f %9.3f %9s %9s %9s %9s %9s %8llu %8llu %8lld %6.0f "
-          "%6.0f\n",
-          trace->name.c_str(), trace->events.size(),
-          Gib(trace->peak_live_bytes), out["reserved_over_live"].get<double>(),
-          ratio("pytorch_native", "peak_reserved_over_live").c_str(),
-          ratio("pytorch_expandable_segments", "peak_reserved_over_live")
-              .c_str(),
-          bisect ? absl::StrFormat("%.3f",
-                                   out["min_capacity_over_live"].get<double>())
-                       .c_str()
-                 : "-",
-          ratio("pytorch_native", "min_capacity_over_live").c_str(),
-          ratio("pytorch_expandable_segments", "min_capacity_over_live")
-              .c_str(),
-          static_cast<unsigned long long>(r->calls.MemoryCalls()),
-          static_cast<unsigned long long>(r->calls_second_half.MemoryCalls()),
-          static_cast<long long>(r->stats.stitches), r->ns_per_op_p50,
-          r->ns_per_op_p99);
-    }
-    std::fflush(stdout);
   }
   return failures == 0 ? 0 : 1;
 }
