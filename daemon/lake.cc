@@ -651,6 +651,26 @@ void Lake::NotePressureWaitLocked(absl::Time since) {
 void Lake::FillStatus(v1::StatusResponse* out) const {
   MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
+  FillCountersLocked(now, out);
+  for (int i = 0; i < books_.device_count(); ++i) {
+    FillDeviceLocked(i, now, out->add_devices());
+  }
+  // Chunks of ended sessions that wait for their process to exit.
+  for (const auto& [id, s] : sessions_.ended()) {
+    for (const auto& [dev, n] : books_.holding(id).leased_by_device) {
+      v1::DeviceStatus* ds = out->mutable_devices(dev);
+      ds->set_ending_bytes(ds->ending_bytes() + n.bytes);
+    }
+  }
+  std::vector<const Session*> list;
+  for (const auto& [id, s] : sessions_.live()) list.push_back(s.get());
+  for (const auto& [id, s] : sessions_.ended()) list.push_back(s.get());
+  std::sort(list.begin(), list.end(),
+            [](const Session* a, const Session* b) { return a->id < b->id; });
+  for (const Session* s : list) FillSessionLocked(*s, now, out->add_sessions());
+}
+
+void Lake::FillCountersLocked(absl::Time now, v1::StatusResponse* out) const {
   out->set_backend(std::string(backend_->name()));
   out->set_backend_description(backend_->Describe());
   out->set_uptime_seconds(absl::ToDoubleSeconds(now - started_));
@@ -678,76 +698,65 @@ void Lake::FillStatus(v1::StatusResponse* out) const {
   out->set_pressure_returned_bytes(pressure_returned_bytes_);
   out->set_pressure_undelivered(pressure_undelivered_);
   out->set_client_made_bytes_total(client_made_bytes_);
-  for (int i = 0; i < books_.device_count(); ++i) {
-    const ChunkBooks::Counts c = books_.counts(i);
-    v1::DeviceStatus* ds = out->add_devices();
-    ds->set_device(i);
-    ds->set_chunk_size(books_.chunk_size(i));
-    ds->set_capacity_bytes(books_.capacity_bytes(i));
-    ds->set_created_bytes(c.created.bytes);
-    // Chunks of leases in flight count as leased.
-    ds->set_leased_bytes(c.leased.bytes + c.reserved.bytes);
-    ds->set_free_bytes(c.free.bytes);
-    ds->set_scrubbing_bytes(c.scrubbing.bytes);
-    ds->set_creating_bytes(c.creating_bytes);
-    ds->set_created_chunks(c.created.chunks);
-    ds->set_leased_chunks(c.leased.chunks + c.reserved.chunks);
-    ds->set_free_chunks(c.free.chunks);
-    ds->set_scrubbing_chunks(c.scrubbing.chunks);
-    // Why the free chunks are still held: the floor, or not idle long
-    // enough yet.
-    const uint64_t floor_bytes = options_.devices[i].precreate_bytes;
-    ds->set_floor_bytes(floor_bytes);
-    const ReleasePlan plan =
-        PlanRelease(options_.release, HoldingsLocked(i, floor_bytes), now);
-    ds->set_floor_kept_bytes(plan.floor_kept_bytes);
-    ds->set_idle_bytes(plan.release_bytes + plan.later_bytes);
-    ds->set_next_release_seconds(
-        !plan.release.empty() ? 0
-        : plan.next_due == absl::InfiniteFuture()
-            ? -1
-            : absl::ToDoubleSeconds(plan.next_due - now));
+}
+
+void Lake::FillDeviceLocked(int i, absl::Time now, v1::DeviceStatus* ds) const {
+  const ChunkBooks::Counts c = books_.counts(i);
+  ds->set_device(i);
+  ds->set_chunk_size(books_.chunk_size(i));
+  ds->set_capacity_bytes(books_.capacity_bytes(i));
+  ds->set_created_bytes(c.created.bytes);
+  // Chunks of leases in flight count as leased.
+  ds->set_leased_bytes(c.leased.bytes + c.reserved.bytes);
+  ds->set_free_bytes(c.free.bytes);
+  ds->set_scrubbing_bytes(c.scrubbing.bytes);
+  ds->set_creating_bytes(c.creating_bytes);
+  ds->set_created_chunks(c.created.chunks);
+  ds->set_leased_chunks(c.leased.chunks + c.reserved.chunks);
+  ds->set_free_chunks(c.free.chunks);
+  ds->set_scrubbing_chunks(c.scrubbing.chunks);
+  // Why the free chunks are still held: the floor, or not idle long
+  // enough yet.
+  const uint64_t floor_bytes = options_.devices[i].precreate_bytes;
+  ds->set_floor_bytes(floor_bytes);
+  const ReleasePlan plan =
+      PlanRelease(options_.release, HoldingsLocked(i, floor_bytes), now);
+  ds->set_floor_kept_bytes(plan.floor_kept_bytes);
+  ds->set_idle_bytes(plan.release_bytes + plan.later_bytes);
+  ds->set_next_release_seconds(
+      !plan.release.empty() ? 0
+      : plan.next_due == absl::InfiniteFuture()
+          ? -1
+          : absl::ToDoubleSeconds(plan.next_due - now));
+}
+
+void Lake::FillSessionLocked(const Session& s, absl::Time now,
+                             v1::SessionStatus* ss) const {
+  const ChunkBooks::Holding h = books_.holding(s.id);
+  ss->set_session_id(s.id);
+  ss->set_pid(s.bound ? s.peer.pid : s.claimed_pid);
+  ss->set_uid(s.bound ? static_cast<int64_t>(s.peer.uid) : -1);
+  ss->set_gid(s.bound ? static_cast<int64_t>(s.peer.gid) : -1);
+  ss->set_name(s.name);
+  ss->set_bound(s.bound);
+  ss->set_watching(s.sink != nullptr);
+  ss->set_leased_chunks(h.leased_chunks);
+  ss->set_leased_bytes(h.leased_bytes + h.in_flight_bytes);
+  ss->set_age_seconds(absl::ToDoubleSeconds(now - s.opened));
+  ss->set_ending(s.ended);
+  ss->set_end_reason(s.end_reason);
+  for (const auto& [dev, u] : s.usage) {
+    v1::DeviceUsage* du = ss->add_usage();
+    du->set_device(dev);
+    du->set_used_bytes(u.used_bytes);
+    du->set_cached_bytes(u.cached_bytes);
   }
-  // Chunks of ended sessions that wait for their process to exit.
-  for (const auto& [id, s] : sessions_.ended()) {
-    for (const auto& [dev, n] : books_.holding(id).leased_by_device) {
-      v1::DeviceStatus* ds = out->mutable_devices(dev);
-      ds->set_ending_bytes(ds->ending_bytes() + n.bytes);
-    }
-  }
-  std::vector<const Session*> list;
-  for (const auto& [id, s] : sessions_.live()) list.push_back(s.get());
-  for (const auto& [id, s] : sessions_.ended()) list.push_back(s.get());
-  std::sort(list.begin(), list.end(),
-            [](const Session* a, const Session* b) { return a->id < b->id; });
-  for (const Session* s : list) {
-    const ChunkBooks::Holding h = books_.holding(s->id);
-    v1::SessionStatus* ss = out->add_sessions();
-    ss->set_session_id(s->id);
-    ss->set_pid(s->bound ? s->peer.pid : s->claimed_pid);
-    ss->set_uid(s->bound ? static_cast<int64_t>(s->peer.uid) : -1);
-    ss->set_gid(s->bound ? static_cast<int64_t>(s->peer.gid) : -1);
-    ss->set_name(s->name);
-    ss->set_bound(s->bound);
-    ss->set_watching(s->sink != nullptr);
-    ss->set_leased_chunks(h.leased_chunks);
-    ss->set_leased_bytes(h.leased_bytes + h.in_flight_bytes);
-    ss->set_age_seconds(absl::ToDoubleSeconds(now - s->opened));
-    ss->set_ending(s->ended);
-    ss->set_end_reason(s->end_reason);
-    for (const auto& [dev, u] : s->usage) {
-      v1::DeviceUsage* du = ss->add_usage();
-      du->set_device(dev);
-      du->set_used_bytes(u.used_bytes);
-      du->set_cached_bytes(u.cached_bytes);
-    }
-    for (const auto& [dev, n] : h.leased_by_device) {
-      if (n.chunks == 0) continue;
-      v1::DeviceLeased* dl = ss->add_leased();
-      dl->set_device(dev);
-      dl->set_chunks(n.chunks);
-      dl->set_bytes(n.bytes);
-    }
+  for (const auto& [dev, n] : h.leased_by_device) {
+    if (n.chunks == 0) continue;
+    v1::DeviceLeased* dl = ss->add_leased();
+    dl->set_device(dev);
+    dl->set_chunks(n.chunks);
+    dl->set_bytes(n.bytes);
   }
 }
 

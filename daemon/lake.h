@@ -320,6 +320,15 @@ class Lake {
   void Shutdown();
 
  private:
+  // FillStatus's parts: the lake's counters and settings, one device's
+  // books, one session.
+  void FillCountersLocked(absl::Time now, v1::StatusResponse* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillDeviceLocked(int device, absl::Time now, v1::DeviceStatus* ds) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillSessionLocked(const Session& s, absl::Time now,
+                         v1::SessionStatus* ss) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a session ends: only kOther keeps the chunks of a process that
   // still runs (the client did not say it is done, and is not gone).
   enum class EndKind { kClosed, kProcessGone, kShutdown, kOther };
