@@ -1828,10 +1828,7 @@ std::string DeviceAllocator::SegmentsJson() const {
 
 absl::Status DeviceAllocator::CheckInvariants() const {
   MutexLock lock(&mu_);
-  int64_t allocated = 0, free_bytes = 0, mapped_pages = 0, live = 0;
-  size_t dormant_pages = 0;
-  int64_t small_mapped_pages = 0;
-  size_t free_blocks = 0;
+  InvariantTally t;
   for (const auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (const auto& a : *arenas) {
       size_t prev_end = 0;
@@ -1844,82 +1841,101 @@ absl::Status DeviceAllocator::CheckInvariants() const {
               absl::StrCat("segments overlap or touch at page ", first));
         }
         prev_end = seg->end_page();
-        for (size_t p = first; p < seg->end_page(); ++p) {
-          if (a->chunk[p] == 0 || a->seg[p] != seg) {
-            return absl::InternalError(
-                absl::StrCat("page ", p, " of a segment is not mapped to it"));
-          }
-        }
-        mapped_pages += seg->num_pages;
-        if (a->small) small_mapped_pages += seg->num_pages;
-        DevicePtr expect = a->PageAddr(first);
-        const Block* last = nullptr;
-        for (const Block* b = seg->head; b != nullptr; b = b->next) {
-          if (b->addr != expect || b->segment != seg || b->prev != last) {
-            return absl::InternalError(absl::StrFormat(
-                "blocks do not tile the segment at 0x%x", expect));
-          }
-          if (b->pool->no_split &&
-              ((last != nullptr && last->pool == b->pool) ||
-               b->size % page_size_ != 0 ||
-               (b->addr - a->base()) % page_size_ != 0)) {
-            return absl::InternalError(absl::StrFormat(
-                "block 0x%x of a no_split pool is not whole pages of its own",
-                b->addr));
-          }
-          if (b->state == BlockState::kFree) {
-            ++free_blocks;
-            free_bytes += b->size;
-            if (last && last->state == BlockState::kFree &&
-                last->pool == b->pool) {
-              return absl::InternalError("two free neighbours not merged");
-            }
-          } else if (b->state == BlockState::kAllocated) {
-            allocated += b->size;
-            ++live;
-          } else if (b->state == BlockState::kDetached) {
-            // A free block a slow path will join, while its lock is down.
-            free_bytes += b->size;
-          }
-          expect = b->end();
-          last = b;
-        }
-        if (expect != a->PageAddr(seg->end_page()) || seg->tail != last) {
-          return absl::InternalError("segment tail out of step");
+        if (absl::Status s = CheckSegmentLocked(*a, *seg, &t); !s.ok()) {
+          return s;
         }
       }
-      for (size_t p = 0; p < a->num_pages; ++p) {
-        if ((a->chunk[p] == 0) != (a->seg[p] == nullptr)) {
-          return absl::InternalError("page tables disagree");
-        }
-        if (a->dormant[p] != 0) {
-          ++dormant_pages;
-          // A dormant chunk is mapped here outside every segment.
-          if (a->chunk[p] != 0 || a->InFlight(p)) {
-            return absl::InternalError(absl::StrCat(
-                "dormant page ", p, " is also mapped or in flight"));
-          }
-        }
-        if (a->chunk[p] == 0) continue;
-        const size_t start = a->chunk_start[p];
-        if (start > p || start + a->chunk_pages[start] <= p ||
-            a->chunk[start] != a->chunk[p] || a->seg[start] != a->seg[p]) {
-          return absl::InternalError(
-              absl::StrCat("page ", p, " is not inside its chunk"));
-        }
-      }
+      if (absl::Status s = CheckPagesLocked(*a, &t); !s.ok()) return s;
     }
   }
-  if (dormant_pages != dormant_pages_) {
-    return absl::InternalError(absl::StrCat(dormant_pages, " pages dormant, ",
+  if (t.dormant_pages != dormant_pages_) {
+    return absl::InternalError(absl::StrCat(t.dormant_pages, " pages dormant, ",
                                             dormant_pages_, " counted"));
   }
   size_t indexed = 0;
   for (const auto& p : pools_) indexed += p->free.count();
-  if (indexed != free_blocks) {
-    return absl::InternalError(absl::StrCat(indexed, " blocks indexed, ",
-                                            free_blocks, " free in segments"));
+  if (indexed != t.free_blocks) {
+    return absl::InternalError(absl::StrCat(
+        indexed, " blocks indexed, ", t.free_blocks, " free in segments"));
   }
+  if (absl::Status s = CheckExternalLocked(&t); !s.ok()) return s;
+  return CheckTallyLocked(t);
+}
+
+absl::Status DeviceAllocator::CheckSegmentLocked(const Arena& a,
+                                                 const Segment& seg,
+                                                 InvariantTally* t) const {
+  const size_t first = seg.first_page;
+  for (size_t p = first; p < seg.end_page(); ++p) {
+    if (a.chunk[p] == 0 || a.seg[p] != &seg) {
+      return absl::InternalError(
+          absl::StrCat("page ", p, " of a segment is not mapped to it"));
+    }
+  }
+  t->mapped_pages += seg.num_pages;
+  if (a.small) t->small_mapped_pages += seg.num_pages;
+  DevicePtr expect = a.PageAddr(first);
+  const Block* last = nullptr;
+  for (const Block* b = seg.head; b != nullptr; b = b->next) {
+    if (b->addr != expect || b->segment != &seg || b->prev != last) {
+      return absl::InternalError(
+          absl::StrFormat("blocks do not tile the segment at 0x%x", expect));
+    }
+    if (b->pool->no_split &&
+        ((last != nullptr && last->pool == b->pool) ||
+         b->size % page_size_ != 0 || (b->addr - a.base()) % page_size_ != 0)) {
+      return absl::InternalError(absl::StrFormat(
+          "block 0x%x of a no_split pool is not whole pages of its own",
+          b->addr));
+    }
+    if (b->state == BlockState::kFree) {
+      ++t->free_blocks;
+      t->free_bytes += b->size;
+      if (last && last->state == BlockState::kFree && last->pool == b->pool) {
+        return absl::InternalError("two free neighbours not merged");
+      }
+    } else if (b->state == BlockState::kAllocated) {
+      t->allocated += b->size;
+      ++t->live;
+    } else if (b->state == BlockState::kDetached) {
+      // A free block a slow path will join, while its lock is down.
+      t->free_bytes += b->size;
+    }
+    expect = b->end();
+    last = b;
+  }
+  if (expect != a.PageAddr(seg.end_page()) || seg.tail != last) {
+    return absl::InternalError("segment tail out of step");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceAllocator::CheckPagesLocked(const Arena& a,
+                                               InvariantTally* t) const {
+  for (size_t p = 0; p < a.num_pages; ++p) {
+    if ((a.chunk[p] == 0) != (a.seg[p] == nullptr)) {
+      return absl::InternalError("page tables disagree");
+    }
+    if (a.dormant[p] != 0) {
+      ++t->dormant_pages;
+      // A dormant chunk is mapped here outside every segment.
+      if (a.chunk[p] != 0 || a.InFlight(p)) {
+        return absl::InternalError(
+            absl::StrCat("dormant page ", p, " is also mapped or in flight"));
+      }
+    }
+    if (a.chunk[p] == 0) continue;
+    const size_t start = a.chunk_start[p];
+    if (start > p || start + a.chunk_pages[start] <= p ||
+        a.chunk[start] != a.chunk[p] || a.seg[start] != a.seg[p]) {
+      return absl::InternalError(
+          absl::StrCat("page ", p, " is not inside its chunk"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceAllocator::CheckExternalLocked(InvariantTally* t) const {
   // Blocks of pools another allocator serves, from their own books.
   size_t external_live = 0;
   uint64_t external_allocated = 0;
@@ -1931,7 +1947,7 @@ absl::Status DeviceAllocator::CheckInvariants() const {
     }
     external_live += e->books.live_blocks();
   }
-  allocated += static_cast<int64_t>(external_allocated);
+  t->allocated += static_cast<int64_t>(external_allocated);
   if (external_live != external_live_.size() ||
       external_allocated != external_allocated_) {
     return absl::InternalError(
@@ -1939,34 +1955,38 @@ absl::Status DeviceAllocator::CheckInvariants() const {
                      external_allocated, " bytes), ", external_live_.size(),
                      " known (", external_allocated_, " bytes)"));
   }
-  if (allocated != stats_.allocated_bytes.current ||
-      live != static_cast<int64_t>(live_.size())) {
+  return absl::OkStatus();
+}
+
+absl::Status DeviceAllocator::CheckTallyLocked(const InvariantTally& t) const {
+  if (t.allocated != stats_.allocated_bytes.current ||
+      t.live != static_cast<int64_t>(live_.size())) {
     return absl::InternalError("allocated bytes out of step");
   }
-  if (mapped_pages * static_cast<int64_t>(page_size_) +
+  if (t.mapped_pages * static_cast<int64_t>(page_size_) +
           static_cast<int64_t>(cached_bytes_ + in_transit_bytes_ +
                                external_reserved_) !=
       stats_.reserved_bytes.current) {
     return absl::InternalError(absl::StrCat(
-        "reserved ", stats_.reserved_bytes.current, " but ", mapped_pages,
+        "reserved ", stats_.reserved_bytes.current, " but ", t.mapped_pages,
         " pages mapped and ", cached_bytes_, " bytes cached"));
   }
-  if (small_mapped_pages * static_cast<int64_t>(page_size_) +
+  if (t.small_mapped_pages * static_cast<int64_t>(page_size_) +
           static_cast<int64_t>(external_small_reserved_) !=
       stats_.reserved_bytes.small.current) {
     return absl::InternalError(absl::StrCat(
         "small-pool reserved ", stats_.reserved_bytes.small.current, " but ",
-        small_mapped_pages, " pages mapped in the small arena"));
+        t.small_mapped_pages, " pages mapped in the small arena"));
   }
-  if (static_cast<int64_t>(free_blocks) != stats_.inactive_split.current) {
+  if (static_cast<int64_t>(t.free_blocks) != stats_.inactive_split.current) {
     return absl::InternalError(
         absl::StrCat("inactive_split ", stats_.inactive_split.current, " but ",
-                     free_blocks, " free blocks in segments"));
+                     t.free_blocks, " free blocks in segments"));
   }
-  if (free_bytes != stats_.inactive_split_bytes.current) {
+  if (t.free_bytes != stats_.inactive_split_bytes.current) {
     return absl::InternalError(
         absl::StrCat("inactive_split ", stats_.inactive_split_bytes.current,
-                     " but free blocks hold ", free_bytes));
+                     " but free blocks hold ", t.free_bytes));
   }
   return absl::OkStatus();
 }

@@ -199,6 +199,30 @@ class DeviceAllocator {
   const TraceRecorder& trace() const { return trace_; }
 
  private:
+  // What CheckInvariants counts as it walks the arenas, to hold against
+  // the stats and the indexes.
+  struct InvariantTally {
+    int64_t allocated = 0;
+    int64_t live = 0;
+    int64_t free_bytes = 0;
+    int64_t mapped_pages = 0;
+    int64_t small_mapped_pages = 0;
+    size_t dormant_pages = 0;
+    size_t free_blocks = 0;
+  };
+  // CheckInvariants' parts: the blocks of one segment tile it; one arena's
+  // page tables agree; the external pools' books; the tally against the
+  // stats.
+  absl::Status CheckSegmentLocked(const Arena& a, const Segment& seg,
+                                  InvariantTally* t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPagesLocked(const Arena& a, InvariantTally* t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckExternalLocked(InvariantTally* t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckTallyLocked(const InvariantTally& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Pool* GetPool(StreamHandle stream, bool small, uint32_t mempool = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block of `pool` that serves `size` (removed from nothing):
