@@ -241,64 +241,40 @@ absl::StatusOr<LakeShareResult> PlanLakeShare(const LakeShareConfig& config) {
   return result;
 }
 
-absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
-  // A client that dies must not take this process with it (SIGPIPE on
-  // the next command): its failure is reported instead.
-  ::signal(SIGPIPE, SIG_IGN);
-  absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
-  if (!plan.ok()) return plan.status();
-  const size_t n = config.trace_paths.size();
-  std::vector<std::string> names;
-  std::vector<uint64_t> phase_floor;
-  for (size_t i = 0; i < n; ++i) names.push_back(plan->phases[i].trace);
-  for (const LakePhase& p : plan->phases) phase_floor.push_back(p.floor_bytes);
-  LakeShareResult result;
-  result.floor_bytes = plan->floor_bytes;
-  result.capacity_bytes = plan->capacity_bytes;
+namespace {
 
-  // gmlaked.
-  std::unique_ptr<DaemonProcess> daemon;
-  std::string socket = config.socket;
-  if (socket.empty()) {
-    const uint64_t host_capacity =
-        std::max<uint64_t>(result.capacity_bytes, uint64_t{64} << 30);
-    std::vector<std::string> flags = {
-        "--backend=" + config.backend,
-        absl::StrCat("--capacity=", result.capacity_bytes),
-        absl::StrCat("--host_capacity=", host_capacity),
-        absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
-    flags.insert(flags.end(), config.gmlaked_flags.begin(),
-                 config.gmlaked_flags.end());
-    if (config.reclaim_timeout > absl::ZeroDuration()) {
-      flags.push_back(absl::StrCat(
-          "--reclaim_timeout=", absl::FormatDuration(config.reclaim_timeout)));
-    }
-    Progress(config.progress, "lake: starting gmlaked");
-    absl::StatusOr<std::unique_ptr<DaemonProcess>> d =
-        DaemonProcess::Start(FindGmlaked(config.gmlaked, config.self), flags);
-    if (!d.ok()) return d.status();
-    daemon = *std::move(d);
-    socket = daemon->socket();
+// gmlaked for the run: the one at config.socket, or one started here with
+// the plan's capacity (`daemon` owns it). Returns the socket.
+absl::StatusOr<std::string> StartGmlaked(
+    const LakeShareConfig& config, uint64_t capacity,
+    std::unique_ptr<DaemonProcess>* daemon) {
+  if (!config.socket.empty()) return config.socket;
+  const uint64_t host_capacity =
+      std::max<uint64_t>(capacity, uint64_t{64} << 30);
+  std::vector<std::string> flags = {
+      "--backend=" + config.backend, absl::StrCat("--capacity=", capacity),
+      absl::StrCat("--host_capacity=", host_capacity),
+      absl::StrCat("--prefer_reclaim=", config.prefer_reclaim)};
+  flags.insert(flags.end(), config.gmlaked_flags.begin(),
+               config.gmlaked_flags.end());
+  if (config.reclaim_timeout > absl::ZeroDuration()) {
+    flags.push_back(absl::StrCat("--reclaim_timeout=",
+                                 absl::FormatDuration(config.reclaim_timeout)));
   }
-  auto channel =
-      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
-  auto stub = gmlake::v1::Lake::NewStub(channel);
-  Progress(config.progress,
-           absl::StrCat("lake: waiting for gmlaked at ", socket));
-  // A generous wait: gmlaked starts in well under a second when the
-  // machine is idle, but a busy one may take many times that.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!Node(stub.get()).ok() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  absl::StatusOr<NodeView> start = Node(stub.get());
-  if (!start.ok()) return start.status();
-  // A gmlaked started elsewhere has its own capacity: report that one.
-  if (!config.socket.empty()) result.capacity_bytes = start->capacity;
+  Progress(config.progress, "lake: starting gmlaked");
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> d =
+      DaemonProcess::Start(FindGmlaked(config.gmlaked, config.self), flags);
+  if (!d.ok()) return d.status();
+  *daemon = *std::move(d);
+  return (*daemon)->socket();
+}
 
-  // The clients.
+// One client process per trace, each started and ready.
+absl::StatusOr<std::vector<std::unique_ptr<Subprocess>>> StartClients(
+    const LakeShareConfig& config, const std::string& socket,
+    const std::vector<std::string>& names) {
   std::vector<std::unique_ptr<Subprocess>> clients;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < config.trace_paths.size(); ++i) {
     absl::StatusOr<std::unique_ptr<Subprocess>> c = Subprocess::Start(
         {config.self, "--lake_client", "--lake_socket=" + socket,
          "--conf=" + config.conf, config.trace_paths[i]},
@@ -312,60 +288,102 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
     }
     clients.push_back(*std::move(c));
   }
+  return clients;
+}
+
+// Client `p.client` replays its trace once while the others idle; fills
+// the rest of `p` from its report and gmlaked's books after it.
+absl::Status RunPhase(Subprocess* client, v1::Lake::Stub* stub,
+                      uint64_t capacity, LakePhase* p) {
+  if (absl::Status s = client->Send("run"); !s.ok()) return s;
+  absl::StatusOr<std::string> line = client->ReadLine();
+  if (!line.ok() || !absl::StartsWith(*line, "done ")) {
+    return absl::InternalError(absl::StrCat(
+        p->trace, ": ", line.ok() ? *line : line.status().message()));
+  }
+  nlohmann::json d = nlohmann::json::parse(line->substr(5));
+  if (!d["ok"].get<bool>()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(p->trace, " ran out of memory in the lake of ", capacity,
+                     " bytes: ", d["error"].get<std::string>()));
+  }
+  absl::StatusOr<NodeView> node = Node(stub);
+  if (!node.ok()) return node.status();
+  p->client_reserved_peak = d["reserved_peak"].get<uint64_t>();
+  p->node_bytes = node->created;
+  p->pressure_requests = node->pressure;
+  const v1::StatusResponse& st = node->status;
+  p->pressure_rounds = st.pressure_rounds();
+  p->pressure_asked_bytes = st.pressure_asked_bytes();
+  p->pressure_returned_bytes = st.pressure_returned_bytes();
+  p->leases_served = st.leases_served();
+  p->leases_failed = st.leases_failed();
+  p->leased_chunks = st.leased_chunks_total();
+  p->leased_bytes = st.leased_bytes_total();
+  p->seconds = d["seconds"].get<double>();
+  p->busy_calls = MemoryCallCountsFrom(d["busy_calls"]);
+  p->idle_calls = MemoryCallCountsFrom(d["idle_calls"]);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
+  // A client that dies must not take this process with it (SIGPIPE on
+  // the next command): its failure is reported instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
+  if (!plan.ok()) return plan.status();
+  const size_t n = config.trace_paths.size();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) names.push_back(plan->phases[i].trace);
+  LakeShareResult result;
+  result.floor_bytes = plan->floor_bytes;
+  result.capacity_bytes = plan->capacity_bytes;
+
+  std::unique_ptr<DaemonProcess> daemon;
+  absl::StatusOr<std::string> socket =
+      StartGmlaked(config, result.capacity_bytes, &daemon);
+  if (!socket.ok()) return socket.status();
+  auto channel = grpc::CreateChannel("unix:" + *socket,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = gmlake::v1::Lake::NewStub(channel);
+  Progress(config.progress,
+           absl::StrCat("lake: waiting for gmlaked at ", *socket));
+  // A generous wait: gmlaked starts in well under a second when the
+  // machine is idle, but a busy one may take many times that.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!Node(stub.get()).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<NodeView> start = Node(stub.get());
+  if (!start.ok()) return start.status();
+  // A gmlaked started elsewhere has its own capacity: report that one.
+  if (!config.socket.empty()) result.capacity_bytes = start->capacity;
+
+  absl::StatusOr<std::vector<std::unique_ptr<Subprocess>>> clients =
+      StartClients(config, *socket, names);
+  if (!clients.ok()) return clients.status();
   std::vector<uint64_t> process_peak(n, 0);
   size_t phase = 0;
   absl::Status failure;
   std::vector<pid_t> pids;
-  for (const auto& c : clients) pids.push_back(c->pid());
+  for (const auto& c : *clients) pids.push_back(c->pid());
   LakeSampler sampler(stub.get(), pids, config.sample_every);
   for (int r = 0; r < config.rounds && failure.ok(); ++r) {
     for (size_t i = 0; i < n && failure.ok(); ++i, ++phase) {
       Progress(config.progress,
                absl::StrFormat("lake: round %d/%d, %s busy, %d others idle",
                                r + 1, config.rounds, names[i], n - 1));
-      const double started = sampler.Seconds();
-      if (absl::Status s = clients[i]->Send("run"); !s.ok()) {
-        failure = s;
-        break;
-      }
-      absl::StatusOr<std::string> line = clients[i]->ReadLine();
-      if (!line.ok() || !absl::StartsWith(*line, "done ")) {
-        failure = absl::InternalError(absl::StrCat(
-            names[i], ": ", line.ok() ? *line : line.status().message()));
-        break;
-      }
-      nlohmann::json d = nlohmann::json::parse(line->substr(5));
-      if (!d["ok"].get<bool>()) {
-        failure = absl::ResourceExhaustedError(absl::StrCat(
-            names[i], " ran out of memory in the lake of ",
-            result.capacity_bytes, " bytes: ", d["error"].get<std::string>()));
-        break;
-      }
-      absl::StatusOr<NodeView> node = Node(stub.get());
-      if (!node.ok()) {
-        failure = node.status();
-        break;
-      }
       LakePhase p;
       p.round = r;
       p.client = static_cast<int>(i);
       p.trace = names[i];
-      p.client_reserved_peak = d["reserved_peak"].get<uint64_t>();
-      p.node_bytes = node->created;
-      p.pressure_requests = node->pressure;
-      const v1::StatusResponse& st = node->status;
-      p.pressure_rounds = st.pressure_rounds();
-      p.pressure_asked_bytes = st.pressure_asked_bytes();
-      p.pressure_returned_bytes = st.pressure_returned_bytes();
-      p.leases_served = st.leases_served();
-      p.leases_failed = st.leases_failed();
-      p.leased_chunks = st.leased_chunks_total();
-      p.leased_bytes = st.leased_bytes_total();
-      p.floor_bytes = phase_floor[phase];
-      p.seconds = d["seconds"].get<double>();
-      p.busy_calls = MemoryCallCountsFrom(d["busy_calls"]);
-      p.idle_calls = MemoryCallCountsFrom(d["idle_calls"]);
-      p.start_seconds = started;
+      p.floor_bytes = plan->phases[phase].floor_bytes;
+      p.start_seconds = sampler.Seconds();
+      failure =
+          RunPhase((*clients)[i].get(), stub.get(), result.capacity_bytes, &p);
+      if (!failure.ok()) break;
       process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
       result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);
       result.phases.push_back(p);
@@ -374,7 +392,7 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   sampler.Stop();
   result.timeline = sampler.Take();
   result.process_names = names;
-  for (auto& c : clients) {
+  for (auto& c : *clients) {
     c->Send("exit").IgnoreError();
     c->Wait(absl::Seconds(30)).IgnoreError();
   }
