@@ -126,6 +126,80 @@ void Progress(const std::string& line) {
 
 double Gib(uint64_t b) { return b / double(uint64_t{1} << 30); }
 
+// The lake-share run as --json prints it.
+nlohmann::json LakeShareJson(const LakeShareConfig& config,
+                             const LakeShareResult& r) {
+  nlohmann::json out;
+  out["processes"] = config.trace_paths.size();
+  out["rounds"] = config.rounds;
+  out["backend"] = config.backend;
+  out["capacity_bytes"] = r.capacity_bytes;
+  out["node_peak_bytes"] = r.node_peak_bytes;
+  out["sum_of_process_peaks_bytes"] = r.sum_of_process_peaks_bytes;
+  out["floor_bytes"] = r.floor_bytes;
+  out["node_peak_over_floor"] = r.node_peak_over_floor;
+  for (const LakePhase& p : r.phases) {
+    out["phases"].push_back(
+        {{"round", p.round},
+         {"busy", p.trace},
+         {"busy_reserved_peak_bytes", p.client_reserved_peak},
+         {"node_bytes", p.node_bytes},
+         {"floor_bytes", p.floor_bytes},
+         {"pressure_requests", p.pressure_requests},
+         {"pressure_rounds", p.pressure_rounds},
+         {"leases_served", p.leases_served},
+         {"leases_failed", p.leases_failed},
+         {"leased_chunks", p.leased_chunks},
+         {"leased_bytes", p.leased_bytes},
+         {"busy_driver_calls", MemoryCallCounts(p.busy_calls)},
+         {"idle_driver_calls", MemoryCallCounts(p.idle_calls)},
+         {"seconds", p.seconds}});
+  }
+  return out;
+}
+
+// The lake-share run as a table, one row per phase.
+void PrintLakeShareTable(const LakeShareConfig& config,
+                         const LakeShareResult& r) {
+  std::printf(
+      "lake-share: %zu processes against one gmlaked (%s backend), "
+      "capacity %.2f GiB, %d rounds\n",
+      config.trace_paths.size(), config.backend.c_str(), Gib(r.capacity_bytes),
+      config.rounds);
+  // gmlaked's counters are totals since it started: a phase's leases and
+  // chunks are the difference from the phase before (the first phase's
+  // include whatever the daemon served before the run, none for a new one).
+  // Its driver calls: maps and unmaps while busy, and releases while idle
+  // before the phase (what answering pressure cost it).
+  std::printf("%5s %-22s %14s %12s %12s %9s %7s %7s %7s %7s %9s %8s\n", "round",
+              "busy", "its peak GiB", "node GiB", "floor GiB", "pressure",
+              "leases", "chunks", "maps", "unmaps", "idle rel.", "seconds");
+  uint64_t leases_before = 0, chunks_before = 0;
+  for (const LakePhase& p : r.phases) {
+    std::printf(
+        "%5d %-22s %14.2f %12.2f %12.2f %9llu %7llu %7llu %7llu %7llu %9llu "
+        "%8.1f\n",
+        p.round + 1, p.trace.c_str(), Gib(p.client_reserved_peak),
+        Gib(p.node_bytes), Gib(p.floor_bytes),
+        static_cast<unsigned long long>(p.pressure_requests),
+        static_cast<unsigned long long>(p.leases_served - leases_before),
+        static_cast<unsigned long long>(p.leased_chunks - chunks_before),
+        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kMap)),
+        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kUnmap)),
+        static_cast<unsigned long long>(p.idle_calls.Count(VmmCall::kRelease)),
+        p.seconds);
+    leases_before = p.leases_served;
+    chunks_before = p.leased_chunks;
+  }
+  std::printf(
+      "node peak %.2f GiB = %.3f x the floor (%.2f GiB live across "
+      "processes at most); separate processes would hold %.2f GiB "
+      "(%.3f x)\n",
+      Gib(r.node_peak_bytes), r.node_peak_over_floor, Gib(r.floor_bytes),
+      Gib(r.sum_of_process_peaks_bytes),
+      static_cast<double>(r.sum_of_process_peaks_bytes) / r.floor_bytes);
+}
+
 int LakeMain(const std::vector<std::string>& args) {
   LakeShareConfig config;
   config.trace_paths = TraceFiles(args);
@@ -177,72 +251,10 @@ int LakeMain(const std::vector<std::string>& args) {
               << "\n";
   }
   if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::json out;
-    out["processes"] = config.trace_paths.size();
-    out["rounds"] = config.rounds;
-    out["backend"] = config.backend;
-    out["capacity_bytes"] = r->capacity_bytes;
-    out["node_peak_bytes"] = r->node_peak_bytes;
-    out["sum_of_process_peaks_bytes"] = r->sum_of_process_peaks_bytes;
-    out["floor_bytes"] = r->floor_bytes;
-    out["node_peak_over_floor"] = r->node_peak_over_floor;
-    for (const LakePhase& p : r->phases) {
-      out["phases"].push_back(
-          {{"round", p.round},
-           {"busy", p.trace},
-           {"busy_reserved_peak_bytes", p.client_reserved_peak},
-           {"node_bytes", p.node_bytes},
-           {"floor_bytes", p.floor_bytes},
-           {"pressure_requests", p.pressure_requests},
-           {"pressure_rounds", p.pressure_rounds},
-           {"leases_served", p.leases_served},
-           {"leases_failed", p.leases_failed},
-           {"leased_chunks", p.leased_chunks},
-           {"leased_bytes", p.leased_bytes},
-           {"busy_driver_calls", MemoryCallCounts(p.busy_calls)},
-           {"idle_driver_calls", MemoryCallCounts(p.idle_calls)},
-           {"seconds", p.seconds}});
-    }
-    std::printf("%s\n", out.dump().c_str());
-    return 0;
+    std::printf("%s\n", LakeShareJson(config, *r).dump().c_str());
+  } else {
+    PrintLakeShareTable(config, *r);
   }
-  std::printf(
-      "lake-share: %zu processes against one gmlaked (%s backend), "
-      "capacity %.2f GiB, %d rounds\n",
-      config.trace_paths.size(), config.backend.c_str(), Gib(r->capacity_bytes),
-      config.rounds);
-  // gmlaked's counters are totals since it started: a phase's leases and
-  // chunks are the difference from the phase before (the first phase's
-  // include whatever the daemon served before the run, none for a new one).
-  // Its driver calls: maps and unmaps while busy, and releases while idle
-  // before the phase (what answering pressure cost it).
-  std::printf("%5s %-22s %14s %12s %12s %9s %7s %7s %7s %7s %9s %8s\n", "round",
-              "busy", "its peak GiB", "node GiB", "floor GiB", "pressure",
-              "leases", "chunks", "maps", "unmaps", "idle rel.", "seconds");
-  uint64_t leases_before = 0, chunks_before = 0;
-  for (const LakePhase& p : r->phases) {
-    std::printf(
-        "%5d %-22s %14.2f %12.2f %12.2f %9llu %7llu %7llu %7llu %7llu %9llu "
-        "%8.1f\n",
-        p.round + 1, p.trace.c_str(), Gib(p.client_reserved_peak),
-        Gib(p.node_bytes), Gib(p.floor_bytes),
-        static_cast<unsigned long long>(p.pressure_requests),
-        static_cast<unsigned long long>(p.leases_served - leases_before),
-        static_cast<unsigned long long>(p.leased_chunks - chunks_before),
-        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kMap)),
-        static_cast<unsigned long long>(p.busy_calls.Count(VmmCall::kUnmap)),
-        static_cast<unsigned long long>(p.idle_calls.Count(VmmCall::kRelease)),
-        p.seconds);
-    leases_before = p.leases_served;
-    chunks_before = p.leased_chunks;
-  }
-  std::printf(
-      "node peak %.2f GiB = %.3f x the floor (%.2f GiB live across "
-      "processes at most); separate processes would hold %.2f GiB "
-      "(%.3f x)\n",
-      Gib(r->node_peak_bytes), r->node_peak_over_floor, Gib(r->floor_bytes),
-      Gib(r->sum_of_process_peaks_bytes),
-      static_cast<double>(r->sum_of_process_peaks_bytes) / r->floor_bytes);
   return 0;
 }
 
