@@ -170,6 +170,91 @@ absl::Status TrimDaemon(DaemonProcess* daemon) {
   return absl::OkStatus();
 }
 
+// Where growth is served from: the embedded lake, or gmlaked leasing
+// ahead by `lease_ahead` (0: not).
+struct BenchLake {
+  std::string name;
+  bool daemon = false;
+  uint64_t lease_ahead = 0;
+};
+
+// gmlaked with room for the bench (3 x --bytes).
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartBenchDaemon(
+    uint64_t capacity, const std::string& self) {
+  std::vector<std::string> flags = {"--backend=" + absl::GetFlag(FLAGS_backend),
+                                    absl::StrCat("--capacity=", capacity)};
+  if (absl::GetFlag(FLAGS_backend) == "host") {
+    flags.push_back(absl::StrCat("--host_capacity=", capacity));
+  }
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(
+      FindGmlaked(absl::GetFlag(FLAGS_gmlaked), self), flags);
+  if (!daemon.ok()) {
+    return absl::Status(
+        daemon.status().code(),
+        absl::StrCat("starting gmlaked: ", daemon.status().message()));
+  }
+  return daemon;
+}
+
+// The fastest of --reps runs of `pattern` through `lake` (gmlaked trimmed
+// before each, so that every run grows from nothing).
+absl::StatusOr<Result> BestOf(const Pattern& pattern, const BenchLake& lake,
+                              uint64_t bytes, const AllocatorOptions& options,
+                              VmmBackend* backend, DaemonProcess* daemon) {
+  Result best;
+  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+    if (lake.daemon) {
+      if (absl::Status t = TrimDaemon(daemon); !t.ok()) {
+        return absl::Status(t.code(),
+                            absl::StrCat("trimming gmlaked: ", t.message()));
+      }
+    }
+    absl::StatusOr<Result> r =
+        lake.daemon
+            ? RunDaemon(pattern, bytes, options, daemon, lake.lease_ahead)
+            : RunEmbedded(pattern, bytes, options, backend);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat(pattern.name, " through ", lake.name,
+                                       ": ", r.status().message()));
+    }
+    if (rep == 0 || r->seconds < best.seconds) best = *r;
+  }
+  return best;
+}
+
+nlohmann::json RowJson(const Pattern& pattern, const BenchLake& lake,
+                       const Result& best, double embedded_s) {
+  const double gib = best.allocated / kGiB;
+  nlohmann::json j;
+  j["pattern"] = pattern.name;
+  j["lake"] = lake.name;
+  j["bytes"] = best.allocated;
+  j["seconds"] = best.seconds;
+  j["gib_per_s"] = gib / best.seconds;
+  j["x_embedded"] = best.seconds / embedded_s;
+  j["lease_calls"] = best.lease_calls;
+  j["chunks"] = best.chunks;
+  j["held_over_allocated"] = best.held_over_allocated;
+  j["settled_held_over_allocated"] = best.settled_held_over_allocated;
+  return j;
+}
+
+void PrintRow(const Pattern& pattern, const BenchLake& lake, const Result& best,
+              double embedded_s) {
+  const double gib = best.allocated / kGiB;
+  std::printf(
+      "| %s | %s | %.1f | %.1f | %.2f | %s | %s | %.0f | %.3f | %.3f "
+      "|\n",
+      pattern.name.c_str(), lake.name.c_str(), gib / best.seconds,
+      best.seconds * 1e3, best.seconds / embedded_s,
+      lake.daemon ? absl::StrCat(best.lease_calls).c_str() : "-",
+      lake.daemon ? absl::StrFormat("%.1f", best.lease_calls / gib).c_str()
+                  : "-",
+      best.chunks / gib, best.held_over_allocated,
+      best.settled_held_over_allocated);
+}
+
 int Main(const std::string& self) {
   absl::StatusOr<uint64_t> bytes = ParseBytes(absl::GetFlag(FLAGS_bytes));
   if (!bytes.ok()) {
@@ -193,31 +278,21 @@ int Main(const std::string& self) {
     std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
     return 1;
   }
-  std::vector<std::string> flags = {"--backend=" + absl::GetFlag(FLAGS_backend),
-                                    absl::StrCat("--capacity=", capacity)};
-  if (absl::GetFlag(FLAGS_backend) == "host") {
-    flags.push_back(absl::StrCat("--host_capacity=", capacity));
-  }
-  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(
-      FindGmlaked(absl::GetFlag(FLAGS_gmlaked), self), flags);
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+      StartBenchDaemon(capacity, self);
   if (!daemon.ok()) {
-    std::fprintf(stderr, "starting gmlaked: %s\n",
-                 daemon.status().ToString().c_str());
+    std::fprintf(stderr, "%s\n", daemon.status().ToString().c_str());
     return 1;
   }
-  struct Lake {
-    std::string name;
-    int kind;  // 0 embedded, 1 daemon
-    uint64_t lease_ahead;
-  };
-  const std::vector<Lake> lakes = {
-      {"embedded", 0, 0},
-      {"gmlaked, lease_ahead:0", 1, 0},
+  const std::vector<BenchLake> lakes = {
+      {"embedded", false, 0},
+      {"gmlaked, lease_ahead:0", true, 0},
       {absl::StrCat("gmlaked, lease_ahead:", FormatBytes(options->lease_ahead)),
-       1, options->lease_ahead},
+       true, options->lease_ahead},
   };
+  const bool json = absl::GetFlag(FLAGS_json);
   nlohmann::json out = nlohmann::json::array();
-  if (!absl::GetFlag(FLAGS_json)) {
+  if (!json) {
     std::printf("growth by %s, %s backend, fastest of %d runs\n\n",
                 FormatBytes(*bytes).c_str(),
                 absl::GetFlag(FLAGS_backend).c_str(),
@@ -229,58 +304,19 @@ int Main(const std::string& self) {
   }
   for (const Pattern& pattern : Patterns()) {
     double embedded_s = 0;
-    for (const Lake& lake : lakes) {
-      Result best;
-      for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
-        if (lake.kind == 1) {
-          if (absl::Status t = TrimDaemon(daemon->get()); !t.ok()) {
-            std::fprintf(stderr, "trimming gmlaked: %s\n",
-                         t.ToString().c_str());
-            return 1;
-          }
-        }
-        absl::StatusOr<Result> r =
-            lake.kind == 0
-                ? RunEmbedded(pattern, *bytes, *options, backend->get())
-                : RunDaemon(pattern, *bytes, *options, daemon->get(),
-                            lake.lease_ahead);
-        if (!r.ok()) {
-          std::fprintf(stderr, "%s through %s: %s\n", pattern.name.c_str(),
-                       lake.name.c_str(), r.status().ToString().c_str());
-          return 1;
-        }
-        if (rep == 0 || r->seconds < best.seconds) best = *r;
+    for (const BenchLake& lake : lakes) {
+      absl::StatusOr<Result> best = BestOf(pattern, lake, *bytes, *options,
+                                           backend->get(), daemon->get());
+      if (!best.ok()) {
+        std::fprintf(stderr, "%s\n", best.status().ToString().c_str());
+        return 1;
       }
-      if (lake.kind == 0) embedded_s = best.seconds;
-      const double gib = best.allocated / kGiB;
-      nlohmann::json j;
-      j["pattern"] = pattern.name;
-      j["lake"] = lake.name;
-      j["bytes"] = best.allocated;
-      j["seconds"] = best.seconds;
-      j["gib_per_s"] = gib / best.seconds;
-      j["x_embedded"] = best.seconds / embedded_s;
-      j["lease_calls"] = best.lease_calls;
-      j["chunks"] = best.chunks;
-      j["held_over_allocated"] = best.held_over_allocated;
-      j["settled_held_over_allocated"] = best.settled_held_over_allocated;
-      out.push_back(j);
-      if (!absl::GetFlag(FLAGS_json)) {
-        std::printf(
-            "| %s | %s | %.1f | %.1f | %.2f | %s | %s | %.0f | %.3f | %.3f "
-            "|\n",
-            pattern.name.c_str(), lake.name.c_str(), gib / best.seconds,
-            best.seconds * 1e3, best.seconds / embedded_s,
-            lake.kind == 0 ? "-" : absl::StrCat(best.lease_calls).c_str(),
-            lake.kind == 0
-                ? "-"
-                : absl::StrFormat("%.1f", best.lease_calls / gib).c_str(),
-            best.chunks / gib, best.held_over_allocated,
-            best.settled_held_over_allocated);
-      }
+      if (!lake.daemon) embedded_s = best->seconds;
+      out.push_back(RowJson(pattern, lake, *best, embedded_s));
+      if (!json) PrintRow(pattern, lake, *best, embedded_s);
     }
   }
-  if (absl::GetFlag(FLAGS_json)) {
+  if (json) {
     nlohmann::json all;
     all["bytes"] = *bytes;
     all["backend"] = absl::GetFlag(FLAGS_backend);
