@@ -108,11 +108,15 @@ int HandoffHolderMain(const std::string& socket, uint64_t bytes,
   return 0;
 }
 
-absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
-  std::vector<std::string> flags = {
-      "--backend=" + config.backend, absl::StrCat("--capacity=", config.bytes),
-      // Nothing but the holder's chunks: the malloc must take them.
-      "--precreate=0", "--release_idle=0"};
+namespace {
+
+// gmlaked with room for the holder's lease and nothing else: the busy
+// process's malloc must take the holder's chunks.
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartHandoffDaemon(
+    const HandoffConfig& config) {
+  std::vector<std::string> flags = {"--backend=" + config.backend,
+                                    absl::StrCat("--capacity=", config.bytes),
+                                    "--precreate=0", "--release_idle=0"};
   if (config.backend == "host") {
     flags.push_back(absl::StrCat("--host_capacity=", config.bytes));
   }
@@ -122,8 +126,67 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   flags.insert(flags.end(), config.daemon_flags.begin(),
                config.daemon_flags.end());
   Progress(config.progress, "handoff: starting gmlaked");
+  return DaemonProcess::Start(FindGmlaked(config.gmlaked, config.self), flags);
+}
+
+// The busy process's malloc of the whole lake, timed, with its driver
+// calls and chunks, into `r`.
+absl::Status TimedMalloc(const HandoffConfig& config,
+                         const AllocatorOptions& options,
+                         DaemonChunkSource* source, HandoffResult* r) {
+  // The busy process is running already: its device context exists (on
+  // the cuda backend a first context costs ~0.2 s, which is no hand-off).
+  VmmBackend* backend = source->backend();
+  absl::StatusOr<DevicePtr> warm =
+      backend->ReserveRange(backend->granularity(0), 0, 0);
+  if (!warm.ok()) return warm.status();
+  backend->FreeRange(*warm, backend->granularity(0)).IgnoreError();
+  Allocator allocator(source, options);
+  Progress(config.progress,
+           absl::StrCat("handoff: malloc(", FormatBytes(config.bytes), ")"));
+  const VmmCallSnapshot calls0 = backend->call_stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<DevicePtr> p = allocator.Malloc(config.bytes, 0, 0);
+  const auto t1 = std::chrono::steady_clock::now();
+  r->taker_calls = backend->call_stats() - calls0;
+  // One import, or one create (chunks the process makes in the capacity
+  // gmlaked leases), per chunk: their sizes are the allocator's and the
+  // source's to choose (client/chunk_sizing.h).
+  r->chunks = r->taker_calls.Count(VmmCall::kImport) +
+              r->taker_calls.Count(VmmCall::kCreate);
+  if (!p.ok()) {
+    return absl::Status(p.status().code(),
+                        absl::StrCat("handoff: the busy process's malloc(",
+                                     FormatBytes(config.bytes),
+                                     ") failed: ", p.status().message()));
+  }
+  r->total_seconds = std::chrono::duration<double>(t1 - t0).count();
+  allocator.Free(*p).IgnoreError();
+  return absl::OkStatus();
+}
+
+// What answering the pressure cost the holder (its driver calls and the
+// chunks it gave back), into `r`; then the holder exits.
+absl::Status CollectHolder(Subprocess* holder, HandoffResult* r) {
+  if (absl::Status s = holder->Send("stats"); !s.ok()) return s;
+  absl::StatusOr<std::string> line = holder->ReadLine();
+  if (!line.ok()) return line.status();
+  nlohmann::json h = nlohmann::json::parse(*line, nullptr, false);
+  if (h.is_discarded() || !h.contains("calls")) {
+    return absl::InternalError(absl::StrCat("holder: ", *line));
+  }
+  r->holder_calls = CallsFromJson(h["calls"]);
+  r->holder_chunks_returned = h["chunks_returned"].get<uint64_t>();
+  holder->Send("exit").IgnoreError();
+  holder->Wait(absl::Seconds(30)).IgnoreError();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
-      DaemonProcess::Start(FindGmlaked(config.gmlaked, config.self), flags);
+      StartHandoffDaemon(config);
   if (!daemon.ok()) return daemon.status();
   Progress(config.progress, absl::StrCat("handoff: the holder leases ",
                                          FormatBytes(config.bytes)));
@@ -146,35 +209,9 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
   r.bytes = config.bytes;
   r.chunk_size = (*source)->chunk_size(0);
   r.backend_description = before->backend_description();
-  // The busy process is running already: its device context exists (on
-  // the cuda backend a first context costs ~0.2 s, which is no hand-off).
-  VmmBackend* backend = (*source)->backend();
-  absl::StatusOr<DevicePtr> warm =
-      backend->ReserveRange(backend->granularity(0), 0, 0);
-  if (!warm.ok()) return warm.status();
-  backend->FreeRange(*warm, backend->granularity(0)).IgnoreError();
-  {
-    Allocator allocator(source->get(), *options);
-    Progress(config.progress,
-             absl::StrCat("handoff: malloc(", FormatBytes(config.bytes), ")"));
-    const VmmCallSnapshot calls0 = (*source)->backend()->call_stats();
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<DevicePtr> p = allocator.Malloc(config.bytes, 0, 0);
-    const auto t1 = std::chrono::steady_clock::now();
-    r.taker_calls = (*source)->backend()->call_stats() - calls0;
-    // One import, or one create (chunks the process makes in the capacity
-    // gmlaked leases), per chunk: their sizes are the allocator's and the
-    // source's to choose (client/chunk_sizing.h).
-    r.chunks = r.taker_calls.Count(VmmCall::kImport) +
-               r.taker_calls.Count(VmmCall::kCreate);
-    if (!p.ok()) {
-      return absl::Status(p.status().code(),
-                          absl::StrCat("handoff: the busy process's malloc(",
-                                       FormatBytes(config.bytes),
-                                       ") failed: ", p.status().message()));
-    }
-    r.total_seconds = std::chrono::duration<double>(t1 - t0).count();
-    allocator.Free(*p).IgnoreError();
+  if (absl::Status s = TimedMalloc(config, *options, source->get(), &r);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<v1::StatusResponse> after = (*daemon)->Status();
   if (!after.ok()) return after.status();
@@ -183,18 +220,7 @@ absl::StatusOr<HandoffResult> RunHandoff(const HandoffConfig& config) {
       after->handoff_seconds().sum() - before->handoff_seconds().sum();
   const double reclaim =
       PressureWaitSeconds(*after) - PressureWaitSeconds(*before);
-
-  if (absl::Status s = (*holder)->Send("stats"); !s.ok()) return s;
-  absl::StatusOr<std::string> line = (*holder)->ReadLine();
-  if (!line.ok()) return line.status();
-  nlohmann::json h = nlohmann::json::parse(*line, nullptr, false);
-  if (h.is_discarded() || !h.contains("calls")) {
-    return absl::InternalError(absl::StrCat("holder: ", *line));
-  }
-  r.holder_calls = CallsFromJson(h["calls"]);
-  r.holder_chunks_returned = h["chunks_returned"].get<uint64_t>();
-  (*holder)->Send("exit").IgnoreError();
-  (*holder)->Wait(absl::Seconds(30)).IgnoreError();
+  if (absl::Status s = CollectHolder(holder->get(), &r); !s.ok()) return s;
 
   r.phases.push_back({"reclaim", reclaim,
                       r.holder_calls.Count(VmmCall::kUnmap) +
