@@ -411,8 +411,10 @@ class DaemonChunkSource : public ChunkSource {
     uint64_t unit = 0;     // the device's chunk size
     ChunkSizing sizing;
     std::vector<ChunkRun> runs;  // one lease each
-    size_t ahead_run = 0;        // the run that leases `ahead` more (or none:
-    size_t ahead = 0;            // runs.size())
+    // The run that also leases `ahead` chunks ahead of need (runs.size():
+    // none).
+    size_t ahead_run = 0;
+    size_t ahead = 0;
     std::vector<LeasedChunk> ahead_got;
     uint64_t ahead_epoch = 0;
   };
