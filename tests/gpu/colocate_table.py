@@ -7,7 +7,7 @@
 # come from them instead, marked "*" (the trainer's first is left out: its
 # counters start before the model is built, so it includes start-up). They
 # count in the per-turn medians, not in the wall medians.
-import collections, json, os, statistics, sys
+import collections, json, os, re, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import turn_stats_table  # noqa: E402
@@ -30,6 +30,15 @@ def turns_from_counters(setting, rep, role):
     return [None if role == "train" and r["phase"] == "turn 1"
             else round(r["seconds"], 3) for r in rows]
 
+
+# A run killed with the whole benchmark (the call's limit) has no line in
+# the log at all, only its turn counters.
+here = os.path.dirname(os.path.abspath(sys.argv[1]))
+for name in sorted(os.listdir(here)):
+    m = re.fullmatch(r"turnstats_(.+)_(\d+)\.jsonl", name)
+    if m and (m.group(1), int(m.group(2))) not in runs:
+        runs[(m.group(1), int(m.group(2)))]["pair"] = dict(
+            ok=False, error="killed with the benchmark (no result line)")
 
 for (s, rep), r in runs.items():
     for role in ("train", "infer"):
@@ -66,6 +75,15 @@ for s, w in walls.items():
 # Each turn's median per setting and role over the runs that finished it,
 # and its ratio to empty_cache's (issue 17's per-turn target: within 1.05 x).
 turns = collections.defaultdict(list)  # (setting, role) -> [turn lists]
+# A run killed with the whole benchmark (the call's limit) has no line in
+# the log at all, only its turn counters.
+here = os.path.dirname(os.path.abspath(sys.argv[1]))
+for name in sorted(os.listdir(here)):
+    m = re.fullmatch(r"turnstats_(.+)_(\d+)\.jsonl", name)
+    if m and (m.group(1), int(m.group(2))) not in runs:
+        runs[(m.group(1), int(m.group(2)))]["pair"] = dict(
+            ok=False, error="killed with the benchmark (no result line)")
+
 for (s, rep), r in runs.items():
     for role in ("train", "infer"):
         got = r.get(role, {}).get("turns", [])

@@ -57,6 +57,10 @@ class ColocateTableTest(unittest.TestCase):
                 counters("infer", 2, "done-train", 15.5, 41),
                 counters("train", 1, "done-train", 15.5, 12),
             ])
+            write_lines(os.path.join(d, "turnstats_gmlake_2.jsonl"), [
+                counters("train", 3, "train", 0.0, 0),
+                counters("train", 3, "infer", 2.0, 1),
+            ])
             lines = self.table(d)
         cut = [l for l in lines if l.startswith("| gmlake | 1 |")]
         self.assertEqual(len(cut), 1, lines)
@@ -65,6 +69,8 @@ class ColocateTableTest(unittest.TestCase):
         self.assertIn("| ?, 0.75* | 5.5* | - |", cut[0])
         medians = [l for l in lines if l.startswith("| gmlake | infer |")]
         self.assertEqual(medians, ["| gmlake | infer | 5.500 | 1.10 |"])
+        # A run killed with the whole benchmark has no line in the log.
+        self.assertIn("| gmlake | 2 | no (killed with the benchmark", "\n".join(lines))
         # A cut run has no wall time to count.
         self.assertNotIn("| gmlake | 0 |", "\n".join(lines))
         self.assertIn("| empty_cache | 1 | 20.0 |", lines)
