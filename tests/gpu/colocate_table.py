@@ -12,6 +12,7 @@ import collections, json, os, re, statistics, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import turn_stats_table  # noqa: E402
 
+here = os.path.dirname(os.path.abspath(sys.argv[1]))  # the run's OUT
 runs = collections.defaultdict(dict)  # (setting, rep) -> {role/pair: data}
 for line in open(sys.argv[1]):
     d = json.loads(line)
@@ -21,8 +22,7 @@ for line in open(sys.argv[1]):
 
 def turns_from_counters(setting, rep, role):
     """A cut run's finished turns of ROLE from its turn counters, or []."""
-    path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])),
-                        f"turnstats_{setting}_{rep}.jsonl")
+    path = os.path.join(here, f"turnstats_{setting}_{rep}.jsonl")
     if not os.path.exists(path):
         return []
     rows = [r for r in turn_stats_table.rows_of(path)
@@ -33,7 +33,6 @@ def turns_from_counters(setting, rep, role):
 
 # A run killed with the whole benchmark (the call's limit) has no line in
 # the log at all, only its turn counters.
-here = os.path.dirname(os.path.abspath(sys.argv[1]))
 for name in sorted(os.listdir(here)):
     m = re.fullmatch(r"turnstats_(.+)_(\d+)\.jsonl", name)
     if m and (m.group(1), int(m.group(2))) not in runs:
@@ -75,15 +74,6 @@ for s, w in walls.items():
 # Each turn's median per setting and role over the runs that finished it,
 # and its ratio to empty_cache's (issue 17's per-turn target: within 1.05 x).
 turns = collections.defaultdict(list)  # (setting, role) -> [turn lists]
-# A run killed with the whole benchmark (the call's limit) has no line in
-# the log at all, only its turn counters.
-here = os.path.dirname(os.path.abspath(sys.argv[1]))
-for name in sorted(os.listdir(here)):
-    m = re.fullmatch(r"turnstats_(.+)_(\d+)\.jsonl", name)
-    if m and (m.group(1), int(m.group(2))) not in runs:
-        runs[(m.group(1), int(m.group(2)))]["pair"] = dict(
-            ok=False, error="killed with the benchmark (no result line)")
-
 for (s, rep), r in runs.items():
     for role in ("train", "infer"):
         got = r.get(role, {}).get("turns", [])
