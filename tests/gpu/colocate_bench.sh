@@ -20,6 +20,8 @@ OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
 mkdir -p "${OUT}"
 export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/wheel_venv.sh"
+source "$(dirname "$0")/bench_out.sh"
+clear_bench_out "${OUT}"
 REPS="${REPS:-3}"
 TURNS="${TURNS:-4}"
 SETTINGS="${SETTINGS:-native expandable empty_cache gmlake}"
