@@ -22,8 +22,8 @@ declare -A runs=(
   [llama1b_hf_trainer_dynamic]="$w/trace_run.py @ $w/hf_trainer_dynamic.py --steps 24"
   [colocate_train]="$w/trace_run.py @ $w/colocate.py train --dir $dir/c --alone --turns 3"
   [colocate_infer]="$w/trace_run.py @ $w/colocate.py infer --dir $dir/c --alone --turns 2 --infer-new 96 --infer-batch 200"
-  # The pair's long decode on one H100 (INFER_NEW=320 INFER_BATCH=48), which
-  # traces/colocate_infer_long48 (a stretched colocate_infer) stands in for.
+  # The pair's long decode on one H100 (INFER_NEW=320 INFER_BATCH=48):
+  # traces/colocate_infer_long, recorded 2026-12-07.
   [colocate_infer_long]="$w/trace_run.py @ $w/colocate.py infer --dir $dir/c --alone --turns 2 --infer-new 320 --infer-batch 48"
 )
 order=(llama3b_lora_offload llama7b_lora_ckpt llama1b_hf_trainer_dynamic llama3b_infer_large colocate_train
