@@ -53,8 +53,9 @@ struct Placement {
 // stitched anew, every chunk of it mapped again. Placing fresh mappings
 // in the smallest gap that held them (the rule before, to keep large gaps
 // whole; address space is 512 GiB an arena) hemmed them in: a replay of a
-// 320-token decode made 72,597 driver calls that way and 53,453 this way
-// (docs/design.md, "Room to grow"); the training traces are the same.
+// stand-in for a 320-token decode made 72,597 driver calls that way and
+// 53,453 this way (docs/design.md, "Room to grow"); the training traces are
+// the same.
 std::optional<Placement> ChoosePlacement(absl::Span<const GapView> gaps,
                                          size_t size, size_t page_size);
 
