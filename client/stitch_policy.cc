@@ -71,6 +71,9 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
 }
 
 bool GrowInPlace(uint64_t block_size, uint64_t size, double reach) {
+  constexpr uint64_t kLarge = uint64_t{64} << 20;
+  constexpr double kSmallReach = 1.0 / 16;
+  if (size < kLarge) reach = std::min(reach, kSmallReach);
   if (reach <= 0 || block_size >= size) return false;
   return static_cast<double>(size - block_size) <=
          reach * static_cast<double>(size);

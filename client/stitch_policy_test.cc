@@ -103,6 +103,14 @@ TEST(GrowInPlaceTest, OnlyABlockShortByAtMostTheReach) {
   EXPECT_FALSE(GrowInPlace(1000 * mib, 1000 * mib, 0.0625)) << "it fits";
   EXPECT_FALSE(GrowInPlace(1200 * mib, 1000 * mib, 0.0625));
   EXPECT_FALSE(GrowInPlace(1000 * mib, 1001 * mib, 0)) << "0: never";
+  // The default reach: 40% of a large request.
+  EXPECT_TRUE(GrowInPlace(600 * mib, 1000 * mib, 0.4));
+  EXPECT_FALSE(GrowInPlace(590 * mib, 1000 * mib, 0.4));
+  EXPECT_TRUE(GrowInPlace(40 * mib, 64 * mib, 0.4)) << "64 MiB is large";
+  // Below 64 MiB at most 1/16, whatever the reach.
+  EXPECT_FALSE(GrowInPlace(30 * mib, 40 * mib, 0.4));
+  EXPECT_TRUE(GrowInPlace(38 * mib, 40 * mib, 0.4));
+  EXPECT_FALSE(GrowInPlace(38 * mib, 40 * mib, 0.04)) << "a smaller reach";
 }
 
 TEST(BetterFitTest, LargestWithinTheRestElseSmallestBeyondIt) {
