@@ -29,6 +29,16 @@ namespace {
 constexpr size_t kMiB = 1 << 20;
 constexpr size_t kChunk = 2 * kMiB;
 
+// One segment of b, c and d (one page); a request of c + 1 pages takes c's
+// chunks, so c's pages go dormant right after b; b is freed; then a
+// request `more` pages larger than b. With the defaults b grows in place
+// past the dormant pages: `more` unmaps and maps. With `narrow` (a reach too
+// short for the request) a new view maps it all.
+struct GrowPastDormant {
+  size_t b, c, more;
+  const char* narrow;  // GMLAKE_CONF under which b is too short to grow
+};
+
 class AllocatorTest : public ::testing::Test {
  protected:
   // A lake of 2 MiB chunks (or, with `sized_by_conf`, of the chunk sizes
@@ -53,6 +63,8 @@ class AllocatorTest : public ::testing::Test {
     allocator_ = std::make_unique<Allocator>(lake_.get(), *options);
   }
   void SetUp() override { Make(0); }
+
+  void ExpectGrowthPastDormant(const GrowPastDormant& g);
 
   DevicePtr MustMalloc(size_t size, StreamHandle stream = 0) {
     auto p = allocator_->Malloc(size, 0, stream);
@@ -915,38 +927,34 @@ TEST_F(AllocatorTest, DormantPagesAreUnmappedOnlyPastEveryStream) {
   for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());
 }
 
-// A tensor that grows a little (a KV cache, a token a step) is served by
-// growing the free block it was in, when the old pages of chunks a stitch
-// took stand right after it: they are unmapped (the streams are past them)
-// and one page is mapped, not a fresh view of every page.
-TEST_F(AllocatorTest, AFreeBlockGrowsInPlacePastDormantPages) {
-  for (const char* reach : {"", "grow_reach:0"}) {
+void AllocatorTest::ExpectGrowthPastDormant(const GrowPastDormant& g) {
+  for (const char* reach : {"", g.narrow}) {
     SCOPED_TRACE(reach);
-    Make(64 * kChunk, absl::StrCat("max_chunk:2MiB,grow_slack:0,", reach));
-    // One segment: b (20 pages), c (4), d (1).
-    const DevicePtr b = MustMalloc(20 * kChunk);
-    const DevicePtr c = MustMalloc(4 * kChunk);
+    Make(2 * (g.b + g.c + g.more) * kChunk,
+         absl::StrCat("max_chunk:2MiB,grow_slack:0,", reach));
+    const DevicePtr b = MustMalloc(g.b * kChunk);
+    const DevicePtr c = MustMalloc(g.c * kChunk);
     const DevicePtr d = MustMalloc(kChunk);
-    ASSERT_EQ(c, b + 20 * kChunk);
-    ASSERT_EQ(d, c + 4 * kChunk);
+    ASSERT_EQ(c, b + g.b * kChunk);
+    ASSERT_EQ(d, c + g.c * kChunk);
     // A request c cannot hold takes c's chunks: its pages go dormant, and
     // b's segment now ends where they begin.
     ASSERT_TRUE(allocator_->Free(c).ok());
-    const DevicePtr e = MustMalloc(5 * kChunk);
-    ASSERT_EQ(allocator_->stats(0).dormant_chunks, 4);
+    const DevicePtr e = MustMalloc((g.c + 1) * kChunk);
+    ASSERT_EQ(allocator_->stats(0).dormant_chunks, static_cast<int64_t>(g.c));
     ASSERT_TRUE(allocator_->Free(b).ok());
-    // One page more than b.
     const VmmCallSnapshot before = host_->call_stats();
-    const DevicePtr grown = MustMalloc(21 * kChunk);
+    const DevicePtr grown = MustMalloc((g.b + g.more) * kChunk);
     const VmmCallSnapshot calls = host_->call_stats() - before;
     if (std::string(reach).empty()) {
       EXPECT_EQ(grown, b) << "grown in place";
-      EXPECT_EQ(calls.Count(VmmCall::kMap), 1u);
-      EXPECT_EQ(calls.Count(VmmCall::kUnmap), 1u);
-      EXPECT_EQ(allocator_->stats(0).dormant_chunks, 3);
+      EXPECT_EQ(calls.Count(VmmCall::kMap), g.more);
+      EXPECT_EQ(calls.Count(VmmCall::kUnmap), g.more);
+      EXPECT_EQ(allocator_->stats(0).dormant_chunks,
+                static_cast<int64_t>(g.c - g.more));
     } else {
       EXPECT_NE(grown, b) << "a new view";
-      EXPECT_EQ(calls.Count(VmmCall::kMap), 21u);
+      EXPECT_EQ(calls.Count(VmmCall::kMap), g.b + g.more);
     }
     EXPECT_EQ(calls.Count(VmmCall::kEventSync), 0u);
     EXPECT_EQ(allocator_->stats(0).host_waits, 0);
@@ -955,45 +963,22 @@ TEST_F(AllocatorTest, AFreeBlockGrowsInPlacePastDormantPages) {
   }
 }
 
+// A tensor that grows a little (a KV cache, a token a step) is served by
+// growing the free block it was in, when the old pages of chunks a stitch
+// took stand right after it: they are unmapped (the streams are past them)
+// and one page is mapped, not a fresh view of every page.
+TEST_F(AllocatorTest, AFreeBlockGrowsInPlacePastDormantPages) {
+  ExpectGrowthPastDormant({20, 4, 1, "grow_reach:0"});
+}
+
 // Further than a page: a large free block short by a quarter of the
 // request still grows in place past the dormant pages in its way (the
 // default grow_reach reaches 40% of a request of 64 MiB or more), mapping
-// the quarter, not a fresh view of it all. The recorded 320-token decode
-// makes 19% fewer driver calls so (docs/design.md, "How far a block grows
-// in place").
+// the quarter, not a fresh view of it all (84 MiB: 10 pages, not 42). The
+// recorded 320-token decode makes 19% fewer driver calls so
+// (docs/design.md, "How far a block grows in place").
 TEST_F(AllocatorTest, AFreeBlockShortByAQuarterGrowsInPlace) {
-  for (const char* reach : {"", "grow_reach:0.0625"}) {
-    SCOPED_TRACE(reach);
-    Make(96 * kChunk, absl::StrCat("max_chunk:2MiB,grow_slack:0,", reach));
-    // One segment: b (32 pages), c (12), d (1).
-    const DevicePtr b = MustMalloc(32 * kChunk);
-    const DevicePtr c = MustMalloc(12 * kChunk);
-    const DevicePtr d = MustMalloc(kChunk);
-    ASSERT_EQ(c, b + 32 * kChunk);
-    ASSERT_EQ(d, c + 12 * kChunk);
-    // A request c cannot hold takes c's chunks: its pages go dormant.
-    ASSERT_TRUE(allocator_->Free(c).ok());
-    const DevicePtr e = MustMalloc(13 * kChunk);
-    ASSERT_EQ(allocator_->stats(0).dormant_chunks, 12);
-    ASSERT_TRUE(allocator_->Free(b).ok());
-    // Ten pages more than b: 24% of an 84 MiB request.
-    const VmmCallSnapshot before = host_->call_stats();
-    const DevicePtr grown = MustMalloc(42 * kChunk);
-    const VmmCallSnapshot calls = host_->call_stats() - before;
-    if (std::string(reach).empty()) {
-      EXPECT_EQ(grown, b) << "grown in place";
-      EXPECT_EQ(calls.Count(VmmCall::kMap), 10u);
-      EXPECT_EQ(calls.Count(VmmCall::kUnmap), 10u);
-      EXPECT_EQ(allocator_->stats(0).dormant_chunks, 2);
-    } else {
-      EXPECT_NE(grown, b) << "a new view";
-      EXPECT_EQ(calls.Count(VmmCall::kMap), 42u);
-    }
-    EXPECT_EQ(calls.Count(VmmCall::kEventSync), 0u);
-    EXPECT_EQ(allocator_->stats(0).host_waits, 0);
-    EXPECT_TRUE(allocator_->CheckInvariants().ok());
-    for (DevicePtr p : {grown, d, e}) ASSERT_TRUE(allocator_->Free(p).ok());
-  }
+  ExpectGrowthPastDormant({32, 12, 10, "grow_reach:0.0625"});
 }
 
 // Memory last used on another stream is handed over on the device: the
