@@ -6,11 +6,6 @@
 # turnstats file without a result line as a run killed at its limit.
 # Files the caller put there itself stay.
 clear_bench_out() {  # OUT
-  local out="$1" f
-  for f in "${out}"/turnstats_*.jsonl "${out}"/status_*.json \
-    "${out}"/pair_*.log "${out}"/gmlaked_*.log "${out}"/status.txt \
-    "${out}"/plain_after.txt "${out}"/colocate.jsonl; do
-    [[ -f "${f}" ]] && rm -f "${f}"
-  done
-  return 0
+  rm -f -- "$1"/turnstats_*.jsonl "$1"/status_*.json "$1"/pair_*.log \
+    "$1"/gmlaked_*.log "$1"/status.txt "$1"/plain_after.txt "$1"/colocate.jsonl
 }
