@@ -927,6 +927,46 @@ TEST_F(AllocatorTest, DormantPagesAreUnmappedOnlyPastEveryStream) {
   for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());
 }
 
+// With unmap_thread, the same unmaps happen on the allocator's thread: the
+// malloc that finds dormant pages over the bound only asks for them.
+TEST_F(AllocatorTest, UnmapThreadUnmapsDormantPagesOffTheMallocThread) {
+  Make(32 * kChunk,
+       "max_chunk:2MiB,grow_slack:0,max_dormant:2MiB,"
+       "unmap_thread:1");
+  std::vector<DevicePtr> p;
+  for (int i = 0; i < 8; ++i) p.push_back(MustMalloc(kChunk, /*stream=*/1));
+  for (int i = 0; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  std::vector<DevicePtr> more{MustMalloc(4 * kChunk, 1)};  // 4 go dormant
+  ASSERT_EQ(allocator_->stats(0).dormant_chunks, 4);
+  const VmmCallSnapshot before = host_->call_stats();
+  auto wait_for = [&](VmmCall call, uint64_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while ((host_->call_stats() - before).Count(call) < n &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return (host_->call_stats() - before).Count(call);
+  };
+  // Over the bound: the thread records the fence, then, asked again by the
+  // next slow path, finds it passed and unmaps.
+  more.push_back(MustMalloc(3 * kChunk, 1));
+  EXPECT_EQ(wait_for(VmmCall::kEventRecord, 1), 1u);
+  more.push_back(MustMalloc(3 * kChunk, 1));
+  EXPECT_EQ(wait_for(VmmCall::kUnmap, 4), 4u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (allocator_->stats(0).dormant_chunks != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(allocator_->stats(0).dormant_chunks, 0);
+  EXPECT_EQ((host_->call_stats() - before).Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(allocator_->stats(0).host_waits, 0);
+  EXPECT_TRUE(allocator_->CheckInvariants().ok());
+  for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());
+  for (int i = 1; i < 8; i += 2) ASSERT_TRUE(allocator_->Free(p[i]).ok());
+  allocator_->EmptyCache();
+  EXPECT_EQ(lake_->held_bytes(0), 0u);
+}
+
 void AllocatorTest::ExpectGrowthPastDormant(const GrowPastDormant& g) {
   for (const char* reach : {"", g.narrow}) {
     SCOPED_TRACE(reach);

@@ -38,9 +38,17 @@ DeviceAllocator::DeviceAllocator(int device, ChunkSource* source,
       page_size_(source->chunk_size(device)),
       // Every device may touch every allocation (peer access), as with
       // cudaMalloc memory under CUDA's default peer settings for VMM.
-      access_devices_(AllDevices(source->backend())) {}
+      access_devices_(AllDevices(source->backend())) {
+  if (options_.unmap_thread) {
+    unmapper_ = std::make_unique<CoalescingWorker>([this] {
+      MutexLock lock(&mu_);
+      UnmapDormant(/*settled=*/false);
+    });
+  }
+}
 
 DeviceAllocator::~DeviceAllocator() {
+  unmapper_.reset();  // before mu_: its task takes mu_
   MutexLock lock(&mu_);
   while (slow_paths_ > 0) slow_path_done_.Wait(&mu_);
   if (SettleAll(&AllocatorStats::reclaim_waits).ok()) UnmapDormant(true);
@@ -553,19 +561,28 @@ bool DeviceAllocator::PassFence() {
   return true;
 }
 
+bool DeviceAllocator::DormantOverBound() const {
+  // Dormant pages cost address space and, on the host backend, a mapping
+  // each; keep at most about as many as are mapped in segments.
+  const uint64_t limit =
+      options_.max_dormant != 0
+          ? options_.max_dormant
+          : static_cast<uint64_t>(stats_.reserved_bytes.current) +
+                (uint64_t{2} << 30);
+  return dormant_pages_ > static_cast<size_t>(limit / page_size_);
+}
+
+void DeviceAllocator::TrimDormant() {
+  if (unmapper_ == nullptr) {
+    UnmapDormant(/*settled=*/false);
+  } else if (DormantOverBound()) {
+    unmapper_->Request();
+  }
+}
+
 void DeviceAllocator::UnmapDormant(bool settled) {
   if (dormant_pages_ == 0) return;
-  if (!settled) {
-    // Dormant pages cost address space and, on the host backend, a mapping
-    // each; keep at most about as many as are mapped in segments.
-    const uint64_t limit =
-        options_.max_dormant != 0
-            ? options_.max_dormant
-            : static_cast<uint64_t>(stats_.reserved_bytes.current) +
-                  (uint64_t{2} << 30);
-    const size_t bound = static_cast<size_t>(limit / page_size_);
-    if (dormant_pages_ <= bound || !PassFence()) return;
-  }
+  if (!settled && (!DormantOverBound() || !PassFence())) return;
   std::vector<DormantSpan> spans;
   for (auto* arenas : {&large_arenas_, &small_arenas_}) {
     for (auto& a : *arenas) {
@@ -1017,7 +1034,7 @@ absl::StatusOr<Block*> DeviceAllocator::Grow(Pool* pool, size_t size) {
   // stream is captured only memory mapped anew or cached serves: taking
   // from other streams, reactivating and stitching record events.
   const bool capture = capturing();
-  if (!capture) UnmapDormant(/*settled=*/false);
+  if (!capture) TrimDormant();
   bool lake_refused = false;
   for (int attempt = 0; attempt < 4; ++attempt) {
     // Both hand over a block inside a mapping of other blocks: not for a

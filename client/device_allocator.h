@@ -47,6 +47,7 @@
 #include "client/options.h"
 #include "client/stats.h"
 #include "client/trace_recorder.h"
+#include "common/coalescing_worker.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 
@@ -309,6 +310,11 @@ class DeviceAllocator {
   // just settled), else, only while more pages are dormant than the bound,
   // those older than the last fence passed. Releases mu_ for the calls.
   void UnmapDormant(bool settled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether more pages are dormant than the bound (max_dormant).
+  bool DormantOverBound() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a growing malloc does about dormant pages over the bound: unmaps
+  // them itself, or with unmap_thread asks unmapper_ to.
+  void TrimDormant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dormant pages [first, end) of `arena`.
   struct DormantSpan {
     Arena* arena;
@@ -674,6 +680,9 @@ class DeviceAllocator {
   // stitch where it would have grown.
   uint64_t most_allocated_ ABSL_GUARDED_BY(mu_) = 0;
   TraceRecorder trace_;
+  // With unmap_thread: unmaps dormant pages over the bound off the malloc
+  // thread. Stopped first in the destructor (its task takes mu_).
+  std::unique_ptr<CoalescingWorker> unmapper_;
 };
 
 }  // namespace gmlake

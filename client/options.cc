@@ -107,6 +107,7 @@ const std::map<std::string, Setter>& Setters() {
       {"cover_tail", Bytes(&AllocatorOptions::cover_tail)},
       {"cover_after", Fraction(&AllocatorOptions::cover_after)},
       {"max_dormant", Bytes(&AllocatorOptions::max_dormant)},
+      {"unmap_thread", Bool(&AllocatorOptions::unmap_thread)},
       {"large_arena", Bytes(&AllocatorOptions::large_arena)},
       {"small_arena", Bytes(&AllocatorOptions::small_arena)},
       {"idle_watermark", Bytes(&AllocatorOptions::idle_watermark)},

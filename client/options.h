@@ -112,6 +112,13 @@ struct AllocatorOptions {
   // (docs/design.md, "A KV cache that grows"). 0: what is reserved plus
   // 2 GiB (the bound before 2026-12-03).
   uint64_t max_dormant = uint64_t{8} << 30;
+  // unmap_thread: dormant pages over max_dormant are unmapped on a thread
+  // of the allocator's instead of in the malloc that finds them over it,
+  // so that the thread launching work does not wait for cuMemUnmap
+  // (0.54-0.57 s of the colocation pair's first inference turn on an
+  // H100). Off until a GPU shows the driver runs it beside the launches
+  // (tests/gpu/vmm_overlap.py, docs/design.md "Dormant mappings").
+  bool unmap_thread = false;
   // large_arena / small_arena: virtual address space reserved per device
   // for each kind of request (more is reserved when it runs out).
   uint64_t large_arena = uint64_t{512} << 30;
