@@ -65,6 +65,9 @@ class AllocatorTest : public ::testing::Test {
   void SetUp() override { Make(0); }
 
   void ExpectGrowthPastDormant(const GrowPastDormant& g);
+  // Four threads allocate, check and free at once under a capacity that
+  // makes them stitch, with `conf`.
+  void StitchFromThreads(const std::string& conf);
 
   DevicePtr MustMalloc(size_t size, StreamHandle stream = 0) {
     auto p = allocator_->Malloc(size, 0, stream);
@@ -613,6 +616,13 @@ TEST_F(AllocatorTest, PropertyRandomTrafficWithCoversKeepsDataAndBooks) {
   EXPECT_GT(allocator_->stats(0).covers, 0);
 }
 
+// The same with dormant pages unmapped on the allocator's thread, the bound
+// low enough that it runs every few slow paths, beside the traffic.
+TEST_F(AllocatorTest, PropertyRandomTrafficWithUnmapThreadKeepsDataAndBooks) {
+  Make(96 * kChunk, "unmap_thread:1,max_dormant:8MiB");
+  RandomTraffic(allocator_.get());
+}
+
 }  // namespace
 }  // namespace gmlake
 
@@ -719,8 +729,8 @@ TEST_F(AllocatorTest, ThreadsFindingNoRoomAtOnceReserveOneArena) {
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
 }
 
-TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
-  Make(160 * kChunk);
+void AllocatorTest::StitchFromThreads(const std::string& conf) {
+  Make(160 * kChunk, conf);
   host_->set_event_delay(absl::Microseconds(200));
   Mutex mu;
   std::map<DevicePtr, size_t> all_live;  // guarded by mu
@@ -797,6 +807,16 @@ TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
   EXPECT_LE(s.reserved_bytes.peak, int64_t{160 * kChunk});
   absl::Status books = allocator_->CheckInvariants();
   EXPECT_TRUE(books.ok()) << books;
+}
+
+TEST_F(AllocatorTest, ThreadsStitchingAtOnceKeepDataAndBooks) {
+  StitchFromThreads("");
+}
+
+// The same with dormant pages unmapped on the allocator's thread as well,
+// the bound low enough that it runs beside every thread's slow paths.
+TEST_F(AllocatorTest, ThreadsStitchingBesideTheUnmapThreadKeepDataAndBooks) {
+  StitchFromThreads("unmap_thread:1,max_dormant:8MiB");
 }
 
 }  // namespace
