@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -959,26 +960,26 @@ TEST_F(AllocatorTest, UnmapThreadUnmapsDormantPagesOffTheMallocThread) {
   std::vector<DevicePtr> more{MustMalloc(4 * kChunk, 1)};  // 4 go dormant
   ASSERT_EQ(allocator_->stats(0).dormant_chunks, 4);
   const VmmCallSnapshot before = host_->call_stats();
-  auto wait_for = [&](VmmCall call, uint64_t n) {
+  auto calls = [&](VmmCall call) {
+    return (host_->call_stats() - before).Count(call);
+  };
+  // The thread works beside the test: wait for it, within a bound.
+  auto eventually = [](const std::function<bool()>& done) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while ((host_->call_stats() - before).Count(call) < n &&
-           absl::Now() < deadline) {
+    while (!done() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
-    return (host_->call_stats() - before).Count(call);
   };
   // Over the bound: the thread records the fence, then, asked again by the
   // next slow path, finds it passed and unmaps.
   more.push_back(MustMalloc(3 * kChunk, 1));
-  EXPECT_EQ(wait_for(VmmCall::kEventRecord, 1), 1u);
+  eventually([&] { return calls(VmmCall::kEventRecord) >= 1; });
+  EXPECT_EQ(calls(VmmCall::kEventRecord), 1u);
   more.push_back(MustMalloc(3 * kChunk, 1));
-  EXPECT_EQ(wait_for(VmmCall::kUnmap, 4), 4u);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (allocator_->stats(0).dormant_chunks != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  eventually([&] { return allocator_->stats(0).dormant_chunks == 0; });
+  EXPECT_EQ(calls(VmmCall::kUnmap), 4u);
   EXPECT_EQ(allocator_->stats(0).dormant_chunks, 0);
-  EXPECT_EQ((host_->call_stats() - before).Count(VmmCall::kEventSync), 0u);
+  EXPECT_EQ(calls(VmmCall::kEventSync), 0u);
   EXPECT_EQ(allocator_->stats(0).host_waits, 0);
   EXPECT_TRUE(allocator_->CheckInvariants().ok());
   for (DevicePtr m : more) ASSERT_TRUE(allocator_->Free(m).ok());

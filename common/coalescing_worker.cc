@@ -50,8 +50,7 @@ void CoalescingWorker::Loop() {
     running_ = false;
     if (!requested_) idle_.SignalAll();
   }
-  running_ = false;
-  requested_ = false;
+  requested_ = false;  // dropped: Drain returns
   idle_.SignalAll();
 }
 
