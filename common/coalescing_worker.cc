@@ -7,7 +7,7 @@
 namespace gmlake {
 
 CoalescingWorker::CoalescingWorker(std::function<void()> task)
-    : task_(std::move(task)) {}
+    : task_(std::move(task)), thread_([this] { Loop(); }) {}
 
 CoalescingWorker::~CoalescingWorker() {
   {
@@ -15,14 +15,13 @@ CoalescingWorker::~CoalescingWorker() {
     stopping_ = true;
     wake_.SignalAll();
   }
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
 }
 
 void CoalescingWorker::Request() {
   MutexLock lock(&mu_);
   if (stopping_) return;
   requested_ = true;
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   wake_.Signal();
 }
 

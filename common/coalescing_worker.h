@@ -7,8 +7,8 @@
 // unmap stitches' old views (dormant pages) while the thread that asked for
 // memory goes on launching work (AllocatorOptions::unmap_thread).
 //
-// The thread starts at the first request, so an owner that never asks
-// costs no thread.
+// The thread starts with the worker, so that Request, called under its
+// owner's lock, neither creates a thread nor can throw.
 
 #ifndef GMLAKE_COMMON_COALESCING_WORKER_H_
 #define GMLAKE_COMMON_COALESCING_WORKER_H_
@@ -49,7 +49,7 @@ class CoalescingWorker {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t runs_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;  // started by the first Request, under mu_
+  std::thread thread_;  // last: Loop reads the members above
 };
 
 }  // namespace gmlake
