@@ -116,8 +116,9 @@ struct AllocatorOptions {
   // of the allocator's instead of in the malloc that finds them over it,
   // so that the thread launching work does not wait for cuMemUnmap
   // (0.54-0.57 s of the colocation pair's first inference turn on an
-  // H100). Off until a GPU shows the driver runs it beside the launches
-  // (tests/gpu/vmm_overlap.py, docs/design.md "Dormant mappings").
+  // H100). Off: on an H100 the unmaps slow the stitch's maps on the
+  // malloc thread threefold and the turn ran no faster (docs/design.md
+  // "Dormant mappings").
   bool unmap_thread = false;
   // large_arena / small_arena: virtual address space reserved per device
   // for each kind of request (more is reserved when it runs out).
