@@ -7,5 +7,6 @@
 # Files the caller put there itself stay.
 clear_bench_out() {  # OUT
   rm -f -- "$1"/turnstats_*.jsonl "$1"/status_*.json "$1"/pair_*.log \
-    "$1"/gmlaked_*.log "$1"/status.txt "$1"/plain_after.txt "$1"/colocate.jsonl
+    "$1"/gmlaked_*.log "$1"/status.txt "$1"/plain_after.txt "$1"/colocate.jsonl \
+    "$1"/watch.log
 }

@@ -17,7 +17,8 @@ class BenchOutTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             ours = ["turnstats_gmlake_2.jsonl", "turnstats_empty_cache_1.jsonl",
                     "status.txt", "plain_after.txt", "status_gmlake_2.json",
-                    "pair_gmlake_2.log", "gmlaked_gmlake_2.log", "colocate.jsonl"]
+                    "pair_gmlake_2.log", "gmlaked_gmlake_2.log", "colocate.jsonl",
+                    "watch.log"]
             theirs = ["notes.md", "card.txt", "first"]
             for name in ours + theirs[:2]:
                 with open(os.path.join(out, name), "w") as f:

@@ -21,6 +21,7 @@ mkdir -p "${OUT}"
 export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/wheel_venv.sh"
 source "$(dirname "$0")/bench_out.sh"
+source "$(dirname "$0")/pair_watch.sh"
 clear_bench_out "${OUT}"
 REPS="${REPS:-3}"
 TURNS="${TURNS:-4}"
@@ -67,13 +68,16 @@ run_one() {  # setting, rep
     export GMLAKE_TURN_STATS="${OUT}/turnstats_${s}_${rep}.jsonl"
   fi
   local t0=$SECONDS
-  # Where native PyTorch runs out of memory, the pair still runs to its
-  # limit (colocate.py's trainer writes its partner's turn over the
-  # partner's "done-" mark and waits for it; docs/benchmarks.md, fourth
-  # session): NATIVE_TIMEOUT bounds native alone.
+  # Where a role runs out of memory, colocate.py's partner writes the turn
+  # over its "done-" mark and waits for it (docs/benchmarks.md, fourth
+  # session): watch_pair ends that wait within seconds; NATIVE_TIMEOUT
+  # still bounds native alone.
   local limit="${PAIR_TIMEOUT:-420}"
   [[ "$s" == native ]] && limit="${NATIVE_TIMEOUT:-${limit}}"
-  timeout "${limit}" "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1
+  timeout "${limit}" "${cmd[@]}" > "${OUT}/pair_${s}_${rep}.log" 2>&1 &
+  local pid=$!
+  watch_pair "${d}" "${pid}" | sed "s/^/${s} rep ${rep}: /" | tee -a "${OUT}/watch.log"
+  wait "${pid}"
   local rc=$?
   unset PYTORCH_CUDA_ALLOC_CONF GMLAKE_CONF PYTHONPATH GMLAKE_TURN_STATS
   grep -E '^(RESULT|PAIR)' "${OUT}/pair_${s}_${rep}.log" | while read -r kind json; do
