@@ -48,6 +48,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,6 +57,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/chunk_sizing.h"
 #include "client/chunk_source.h"
 #include "common/mutex.h"
@@ -64,8 +66,10 @@
 
 namespace gmlake {
 
-namespace v1 {
-class DeviceInfo;  // proto/gmlake.proto; only the .cc sees gRPC's headers
+namespace v1 {  // proto/gmlake.proto; only the .cc sees gRPC's headers
+class DeviceInfo;
+class FdReply;
+class LeaseResponse;
 }  // namespace v1
 
 struct DaemonSourceOptions {
@@ -453,6 +457,37 @@ class DaemonChunkSource : public ChunkSource {
   absl::Status LeaseAndImport(int device, size_t count, uint64_t size,
                               std::vector<LeasedChunk>* out, uint64_t* epoch,
                               bool no_pressure);
+  // What a lease's chunks have become in this process so far: imported or
+  // made, and the descriptors to keep for re-adoption.
+  struct Landed {
+    std::vector<LeasedChunk> chunks;
+    std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
+    // The fd socket failed or is out of step: the session is lost.
+    bool socket_broken = false;
+  };
+  // LeaseAndImport's steps. RequestLease: the Lease call on link `r` (a
+  // lost daemon marks the source lost). Land: the granted chunks made
+  // (capacity), or claimed and imported. ClaimAndImport: claims lease
+  // `lease_id` on the fd socket and imports its descriptors batch by batch
+  // (ImportBatch: one reply's, in the order of `ids`; `next` counts the
+  // chunks imported so far). Undo: releases what landed and gives the
+  // whole lease back (or, with the socket broken, marks the source lost);
+  // returns `failure` as the caller should see it.
+  absl::StatusOr<v1::LeaseResponse> RequestLease(const Rpc& r, int device,
+                                                 size_t count, uint64_t size,
+                                                 bool no_pressure);
+  absl::Status Land(const Rpc& r, int device, uint64_t size,
+                    const v1::LeaseResponse& resp,
+                    absl::Span<const uint64_t> ids, Landed* landed);
+  absl::Status ClaimAndImport(const Rpc& r, int device, uint64_t size,
+                              uint64_t lease_id, absl::Span<const uint64_t> ids,
+                              Landed* landed);
+  absl::Status ImportBatch(int device, uint64_t size, const v1::FdReply& reply,
+                           absl::Span<const uint64_t> ids,
+                           std::vector<UniqueFd>* fds, size_t* next,
+                           Landed* landed);
+  absl::Status Undo(const Rpc& r, absl::Span<const uint64_t> ids,
+                    const Landed& landed, const absl::Status& failure);
   // Creates one chunk of `size` on `device` per id of a lease of capacity,
   // appending each to `made` as it goes (the caller releases them on
   // failure).

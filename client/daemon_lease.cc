@@ -326,9 +326,32 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
                                                bool no_pressure) {
   const std::shared_ptr<Rpc> r = link();
   *epoch = r->epoch;
+  absl::StatusOr<v1::LeaseResponse> resp =
+      RequestLease(*r, device, count, size, no_pressure);
+  if (!resp.ok()) return resp.status();
+  if (static_cast<size_t>(resp->chunk_ids_size()) != count) {
+    return absl::DataLossError(
+        absl::StrFormat("gmlaked granted %d chunks for a lease of %d",
+                        resp->chunk_ids_size(), count));
+  }
+  const std::vector<uint64_t> ids(resp->chunk_ids().begin(),
+                                  resp->chunk_ids().end());
+  Landed landed;
+  const absl::Status failure = Land(*r, device, size, *resp, ids, &landed);
+  if (!failure.ok()) return Undo(*r, ids, landed, failure);
+  lease_calls_.fetch_add(1);
+  chunks_leased_.fetch_add(count);
+  if (resp->client_makes()) chunks_made_.fetch_add(count);
+  for (auto& [h, fd] : landed.kept) KeepFd(h, std::move(fd));
+  out->insert(out->end(), landed.chunks.begin(), landed.chunks.end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::LeaseResponse> DaemonChunkSource::RequestLease(
+    const Rpc& r, int device, size_t count, uint64_t size, bool no_pressure) {
   v1::LeaseRequest req;
-  req.set_session_id(r->session);
-  req.set_token(r->token);
+  req.set_session_id(r.session);
+  req.set_token(r.token);
   req.set_chunk_count(count);
   req.set_no_pressure(no_pressure);
   req.set_client_makes(options_.make_chunks);
@@ -341,132 +364,141 @@ absl::Status DaemonChunkSource::LeaseAndImport(int device, size_t count,
     AddUsage(last_sent_ = UsageLocked(), req.mutable_usage());
   }
   v1::LeaseResponse resp;
-  {
-    grpc::ClientContext ctx;
-    // Creating and exporting a fresh chunk costs ~0.6 ms on an H200: a
-    // large lease of new chunks gets time for it.
-    SetDeadline(&ctx, options_.lease_timeout +
-                          absl::Milliseconds(2) * static_cast<int64_t>(count));
-    absl::Status s = FromGrpc(r->stub->Lease(&ctx, req, &resp));
-    if (s.code() == absl::StatusCode::kUnavailable ||
-        s.code() == absl::StatusCode::kNotFound) {
-      return MarkLost(s, r.get());
-    }
-    if (!s.ok()) return WithContext("gmlaked", s);
+  grpc::ClientContext ctx;
+  // Creating and exporting a fresh chunk costs ~0.6 ms on an H200: a
+  // large lease of new chunks gets time for it.
+  SetDeadline(&ctx, options_.lease_timeout +
+                        absl::Milliseconds(2) * static_cast<int64_t>(count));
+  absl::Status s = FromGrpc(r.stub->Lease(&ctx, req, &resp));
+  if (s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kNotFound) {
+    return MarkLost(s, &r);
   }
-  if (static_cast<size_t>(resp.chunk_ids_size()) != count) {
-    return absl::DataLossError(
-        absl::StrFormat("gmlaked granted %d chunks for a lease of %d",
-                        resp.chunk_ids_size(), count));
-  }
-  std::vector<uint64_t> lease_ids(resp.chunk_ids().begin(),
-                                  resp.chunk_ids().end());
-  std::vector<LeasedChunk> imported;
-  std::vector<std::pair<ChunkHandle, UniqueFd>> kept;
-  absl::Status failure;
-  bool socket_broken = false;
+  if (!s.ok()) return WithContext("gmlaked", s);
+  return resp;
+}
+
+absl::Status DaemonChunkSource::Land(const Rpc& r, int device, uint64_t size,
+                                     const v1::LeaseResponse& resp,
+                                     absl::Span<const uint64_t> ids,
+                                     Landed* landed) {
   if (resp.client_makes() && resp.chunk_size() == size) {
     // Capacity: the chunks are ours to make.
-    failure = MakeChunks(device, size, lease_ids, &imported);
-  } else if (resp.chunk_size() != size) {
-    // Given back unclaimed below.
-    failure = absl::FailedPreconditionError(absl::StrFormat(
+    return MakeChunks(device, size, ids, &landed->chunks);
+  }
+  if (resp.chunk_size() != size) {
+    // Given back unclaimed by Undo.
+    return absl::FailedPreconditionError(absl::StrFormat(
         "gmlaked leased chunks of %s for a lease of chunks of %s: it "
         "predates chunk sizes; upgrade gmlaked, or set GMLAKE_CONF "
         "max_chunk:0,large_chunk:0",
         FormatBytes(resp.chunk_size()), FormatBytes(size)));
-  } else {
-    MutexLock l(&fd_mu_);
-    v1::FdRequest claim;
-    claim.set_session_id(r->session);
-    claim.set_token(r->token);
-    claim.mutable_claim()->set_lease_id(resp.lease_id());
-    failure = SendFds(fd_sock_.get(), claim.SerializeAsString(), {});
-    socket_broken = !failure.ok();
-    size_t next = 0;
-    while (failure.ok()) {
-      std::vector<UniqueFd> fds;
-      absl::StatusOr<v1::FdReply> reply = ReadReply(fd_sock_.get(), &fds);
-      if (!reply.ok()) {
-        failure = reply.status();
-        socket_broken = true;
-        break;
+  }
+  return ClaimAndImport(r, device, size, resp.lease_id(), ids, landed);
+}
+
+absl::Status DaemonChunkSource::ClaimAndImport(const Rpc& r, int device,
+                                               uint64_t size, uint64_t lease_id,
+                                               absl::Span<const uint64_t> ids,
+                                               Landed* landed) {
+  MutexLock l(&fd_mu_);
+  v1::FdRequest claim;
+  claim.set_session_id(r.session);
+  claim.set_token(r.token);
+  claim.mutable_claim()->set_lease_id(lease_id);
+  absl::Status s = SendFds(fd_sock_.get(), claim.SerializeAsString(), {});
+  if (!s.ok()) {
+    landed->socket_broken = true;
+    return s;
+  }
+  size_t next = 0;  // ids[next] is the next chunk gmlaked is to send
+  while (true) {
+    std::vector<UniqueFd> fds;
+    absl::StatusOr<v1::FdReply> reply = ReadReply(fd_sock_.get(), &fds);
+    if (!reply.ok()) {
+      landed->socket_broken = true;
+      return reply.status();
+    }
+    if (reply->code() != 0) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(reply->code()),
+          absl::StrCat("claiming lease ", lease_id, ": ", reply->message()));
+    }
+    if (reply->lease_id() != lease_id ||
+        static_cast<size_t>(reply->chunk_ids_size()) != fds.size() ||
+        next + fds.size() > ids.size()) {
+      landed->socket_broken = true;  // out of step
+      return absl::DataLossError(absl::StrFormat(
+          "gmlaked sent %d descriptors for %d chunk ids of lease %d",
+          fds.size(), reply->chunk_ids_size(), reply->lease_id()));
+    }
+    s = ImportBatch(device, size, *reply, ids, &fds, &next, landed);
+    if (!s.ok()) return s;
+    if (reply->last()) {
+      if (next != ids.size()) {
+        return absl::DataLossError(
+            absl::StrFormat("gmlaked sent %d of the %d descriptors of lease %d",
+                            next, ids.size(), lease_id));
       }
-      if (reply->code() != 0) {
-        failure = absl::Status(static_cast<absl::StatusCode>(reply->code()),
-                               absl::StrCat("claiming lease ", resp.lease_id(),
-                                            ": ", reply->message()));
-        break;
-      }
-      if (reply->lease_id() != resp.lease_id() ||
-          static_cast<size_t>(reply->chunk_ids_size()) != fds.size() ||
-          next + fds.size() > lease_ids.size()) {
-        failure = absl::DataLossError(absl::StrFormat(
-            "gmlaked sent %d descriptors for %d chunk ids of lease %d",
-            fds.size(), reply->chunk_ids_size(), reply->lease_id()));
-        socket_broken = true;  // out of step
-        break;
-      }
-      const size_t batch_start = imported.size();
-      for (size_t i = 0; i < fds.size() && failure.ok(); ++i) {
-        if (reply->chunk_ids(i) != lease_ids[next]) {
-          failure = absl::DataLossError("gmlaked sent chunks out of order");
-          break;
-        }
-        absl::StatusOr<ChunkHandle> h =
-            backend_->ImportChunk(fds[i].get(), device, size);
-        // The descriptor closes with `fds` (the import holds the chunk),
-        // unless it is kept for re-adoption.
-        if (!h.ok()) {
-          failure = WithContext("importing a chunk from gmlaked", h.status());
-          break;
-        }
-        imported.push_back({*h, lease_ids[next], size});
-        ++next;
-      }
-      // Descriptors kept for re-adoption, as many as leave the process
-      // room; the others close with `fds`.
-      const size_t keep =
-          KeepRoom(fds.size(), kept.size(), imported.size() - batch_start);
-      for (size_t i = 0; i < keep; ++i) {
-        kept.push_back({imported[batch_start + i].handle, std::move(fds[i])});
-      }
-      if (reply->last()) {
-        if (failure.ok() && next != lease_ids.size()) {
-          failure = absl::DataLossError(absl::StrFormat(
-              "gmlaked sent %d of the %d descriptors of lease %d", next,
-              lease_ids.size(), resp.lease_id()));
-        }
-        break;
-      }
+      return absl::OkStatus();
     }
   }
-  if (failure.ok()) {
-    lease_calls_.fetch_add(1);
-    chunks_leased_.fetch_add(count);
-    if (resp.client_makes()) chunks_made_.fetch_add(count);
-    for (auto& [h, fd] : kept) KeepFd(h, std::move(fd));
-    out->insert(out->end(), imported.begin(), imported.end());
-    return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::ImportBatch(int device, uint64_t size,
+                                            const v1::FdReply& reply,
+                                            absl::Span<const uint64_t> ids,
+                                            std::vector<UniqueFd>* fds,
+                                            size_t* next, Landed* landed) {
+  const size_t batch_start = landed->chunks.size();
+  absl::Status s;
+  for (size_t i = 0; i < fds->size(); ++i) {
+    if (reply.chunk_ids(i) != ids[*next]) {
+      s = absl::DataLossError("gmlaked sent chunks out of order");
+      break;
+    }
+    absl::StatusOr<ChunkHandle> h =
+        backend_->ImportChunk((*fds)[i].get(), device, size);
+    // The descriptor closes with `fds` (the import holds the chunk),
+    // unless it is kept for re-adoption.
+    if (!h.ok()) {
+      s = WithContext("importing a chunk from gmlaked", h.status());
+      break;
+    }
+    landed->chunks.push_back({*h, ids[*next], size});
+    ++*next;
   }
-  // Undo: drop what was imported and give the whole lease back.
-  for (const LeasedChunk& c : imported) {
+  // Descriptors kept for re-adoption, as many as leave the process room;
+  // the others close with `fds`.
+  const size_t keep = KeepRoom(fds->size(), landed->kept.size(),
+                               landed->chunks.size() - batch_start);
+  for (size_t i = 0; i < keep; ++i) {
+    landed->kept.push_back(
+        {landed->chunks[batch_start + i].handle, std::move((*fds)[i])});
+  }
+  return s;
+}
+
+absl::Status DaemonChunkSource::Undo(const Rpc& r,
+                                     absl::Span<const uint64_t> ids,
+                                     const Landed& landed,
+                                     const absl::Status& failure) {
+  for (const LeasedChunk& c : landed.chunks) {
     backend_->ReleaseChunk(c.handle).IgnoreError();
   }
-  if (socket_broken) {
+  if (landed.socket_broken) {
     // Without the fd socket the session is over (the daemon ends it when
     // the connection closes).
-    return MarkLost(WithContext("gmlaked's fd socket failed", failure),
-                    r.get());
+    return MarkLost(WithContext("gmlaked's fd socket failed", failure), &r);
   }
   v1::ReturnRequest ret;
-  ret.set_session_id(r->session);
-  ret.set_token(r->token);
-  for (uint64_t id : lease_ids) ret.add_chunk_ids(id);
+  ret.set_session_id(r.session);
+  ret.set_token(r.token);
+  for (uint64_t id : ids) ret.add_chunk_ids(id);
   v1::ReturnResponse ret_resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);
-  r->stub->Return(&ctx, ret, &ret_resp);
+  r.stub->Return(&ctx, ret, &ret_resp);
   return failure;
 }
 
