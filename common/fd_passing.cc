@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/fd_usage.h"
 
 namespace gmlake {
 namespace {
@@ -120,7 +121,10 @@ absl::Status SendPart(int sock, const uint8_t* data, size_t size,
 class Reader {
  public:
   Reader(int sock, size_t max_fds_per_read, std::vector<UniqueFd>* fds)
-      : sock_(sock), control_(max_fds_per_read), fds_(fds) {}
+      : sock_(sock),
+        max_fds_per_read_(max_fds_per_read),
+        control_(max_fds_per_read),
+        fds_(fds) {}
 
   // The message's full length, once the header has told it.
   void set_total(size_t total) { total_ = total; }
@@ -145,8 +149,11 @@ class Reader {
         if (err == ECONNRESET) return Closed();
         return absl::InternalError(absl::StrCat("recvmsg: ", Errno(err)));
       }
+      const size_t before = fds_->size();
       TakeFds(&msg);
       if (msg.msg_flags & MSG_CTRUNC) {
+        // Fewer than the buffer holds: the kernel could not install them.
+        if (fds_->size() - before < max_fds_per_read_) return OutOfFds();
         return absl::ResourceExhaustedError(absl::StrCat(
             "the peer sent more descriptors than this receiver accepts "
             "(MSG_CTRUNC); the ",
@@ -178,6 +185,18 @@ class Reader {
     }
   }
 
+  absl::Status OutOfFds() const {
+    const FdUsage usage = CurrentFdUsage();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this process is out of file descriptors (", usage.open,
+        " open, RLIMIT_NOFILE ", usage.limit,
+        "): the peer's descriptors could not all be received (MSG_CTRUNC), "
+        "and the ",
+        fds_->size(),
+        " that arrived were closed; raise the limit (ulimit -n, or "
+        "LimitNOFILE= for a systemd service) or use larger chunks"));
+  }
+
   absl::Status Closed() const {
     if (done_ == 0) return absl::UnavailableError("peer closed the connection");
     if (total_ == 0) {
@@ -191,6 +210,7 @@ class Reader {
   }
 
   const int sock_;
+  const size_t max_fds_per_read_;
   ControlBuffer control_;
   std::vector<UniqueFd>* fds_;
   size_t done_ = 0;

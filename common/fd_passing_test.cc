@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -317,6 +318,34 @@ TEST_F(FdPassingTest, TruncatedDescriptorsAreClosed) {
     // The stream is out of step now: start over on a fresh pair.
     MakePair(SOCK_STREAM);
   }
+}
+
+// A receiver at its descriptor limit gets MSG_CTRUNC too, though its buffer
+// had room: the error names the limit and what to do, not the sender.
+TEST_F(FdPassingTest, AReceiverOutOfDescriptorsIsToldSo) {
+  std::vector<UniqueFd> files;
+  std::vector<int> raw;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(MemfdWith("x"));
+    raw.push_back(files.back().get());
+  }
+  const int open_with_files = CountOpenFds();
+  ASSERT_TRUE(SendFds(a_.get(), "twenty", raw).ok());
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_with_files + 5);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  absl::StatusOr<ReceivedMessage> m = RecvFds(b_.get(), 64, 64);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted)
+      << m.status();
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("out of file descriptors"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("RLIMIT_NOFILE"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("ulimit -n"));
+  EXPECT_EQ(CountOpenFds(), open_with_files);
+  MakePair(SOCK_STREAM);  // out of step
 }
 
 // More groups than allowed: the first group arrives, then the header says
