@@ -126,38 +126,7 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
   if (b != nullptr) {
     pool->free.Remove(b);
   } else {
-    const absl::Time slow_start = absl::Now();
-    absl::StatusOr<Block*> grown = Grow(pool, rounded);
-    // The retries wait for every stream: not while a capture is under way.
-    for (int round = 0; round < 3 && !capturing() && !grown.ok() &&
-                        absl::IsResourceExhausted(grown.status());
-         ++round) {
-      // Before failing, get back what is free but not usable yet and try
-      // again: memory other threads' slow paths hold in flight, memory held
-      // back for other streams' work, free blocks of different streams that
-      // share a chunk, and old pages of stitched chunks.
-      ++stats_.num_alloc_retries;
-      const absl::Time deadline = absl::Now() + absl::Seconds(30);
-      while (slow_paths_ > 0 &&
-             !slow_path_done_.WaitWithDeadline(&mu_, deadline)) {
-      }
-      if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
-      ProcessPending();
-      MergeSettledNeighbours();
-      // What came back may fit as it is (Grow only makes or stitches).
-      if (Block* back = FindFree(pool, rounded)) {
-        pool->free.Remove(back);
-        grown = back;
-        break;
-      }
-      grown = Grow(pool, rounded);
-    }
-    // (Without stitching, for comparison, nothing freed is mapped anew.)
-    if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
-        options_.stitch) {
-      grown = Remake(pool, rounded, grown.status());
-    }
-    stats_.slow_path_us += absl::ToInt64Microseconds(absl::Now() - slow_start);
+    absl::StatusOr<Block*> grown = GrowOrRetry(pool, rounded);
     // PyTorch's last resort: pools made with use_on_oom lend free blocks
     // to default memory.
     if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
@@ -167,22 +136,60 @@ absl::StatusOr<DevicePtr> DeviceAllocator::Malloc(size_t size,
         return *lent;
       }
     }
-    if (!grown.ok()) {
-      ++stats_.num_ooms;
-      if (trace_.on()) {
-        const uint64_t cap = source_->capacity_bytes(device_);
-        const uint64_t held =
-            static_cast<uint64_t>(stats_.reserved_bytes.current);
-        trace_.Record(TraceAction::kOom, 0, size, stream,
-                      cap > held ? cap - held : 0);
-      }
-      return absl::Status(grown.status().code(),
-                          OutOfMemoryMessage(size, stream, grown.status()));
-    }
+    if (!grown.ok()) return OutOfMemory(size, stream, grown.status());
     b = *grown;
   }
   Allocate(b, rounded, size);
   return b->addr;
+}
+
+absl::StatusOr<Block*> DeviceAllocator::GrowOrRetry(Pool* pool,
+                                                    size_t rounded) {
+  const absl::Time slow_start = absl::Now();
+  absl::StatusOr<Block*> grown = Grow(pool, rounded);
+  // The retries wait for every stream: not while a capture is under way.
+  for (int round = 0; round < 3 && !capturing() && !grown.ok() &&
+                      absl::IsResourceExhausted(grown.status());
+       ++round) {
+    // Before failing, get back what is free but not usable yet and try
+    // again: memory other threads' slow paths hold in flight, memory held
+    // back for other streams' work, free blocks of different streams that
+    // share a chunk, and old pages of stitched chunks.
+    ++stats_.num_alloc_retries;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (slow_paths_ > 0 &&
+           !slow_path_done_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    if (!SettleAll(&AllocatorStats::host_waits).ok()) break;
+    ProcessPending();
+    MergeSettledNeighbours();
+    // What came back may fit as it is (Grow only makes or stitches).
+    if (Block* back = FindFree(pool, rounded)) {
+      pool->free.Remove(back);
+      grown = back;
+      break;
+    }
+    grown = Grow(pool, rounded);
+  }
+  // (Without stitching, for comparison, nothing freed is mapped anew.)
+  if (!grown.ok() && absl::IsResourceExhausted(grown.status()) &&
+      options_.stitch) {
+    grown = Remake(pool, rounded, grown.status());
+  }
+  stats_.slow_path_us += absl::ToInt64Microseconds(absl::Now() - slow_start);
+  return grown;
+}
+
+absl::Status DeviceAllocator::OutOfMemory(size_t size, StreamHandle stream,
+                                          const absl::Status& cause) {
+  ++stats_.num_ooms;
+  if (trace_.on()) {
+    const uint64_t cap = source_->capacity_bytes(device_);
+    const uint64_t held = static_cast<uint64_t>(stats_.reserved_bytes.current);
+    trace_.Record(TraceAction::kOom, 0, size, stream,
+                  cap > held ? cap - held : 0);
+  }
+  return absl::Status(cause.code(), OutOfMemoryMessage(size, stream, cause));
 }
 
 void DeviceAllocator::Allocate(Block* b, size_t size, size_t requested) {

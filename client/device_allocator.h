@@ -536,6 +536,17 @@ class DeviceAllocator {
   // index.
   Block* AdoptPages(Arena* arena, size_t first_page, size_t pages, Pool* pool)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Malloc's slow path for a `rounded` request `pool` has no free block
+  // for: Grow; where memory is short, up to three rounds of getting back
+  // what is free but not usable yet (in flight, held for other streams,
+  // unsettled), then Remake. Counts its time in slow_path_us.
+  absl::StatusOr<Block*> GrowOrRetry(Pool* pool, size_t rounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and traces an out of memory for a request of `size` bytes and
+  // returns its error, with `cause`'s code.
+  absl::Status OutOfMemory(size_t size, StreamHandle stream,
+                           const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string OutOfMemoryMessage(size_t size, StreamHandle stream,
                                  const absl::Status& cause) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
