@@ -927,81 +927,85 @@ absl::StatusOr<Arena*> DeviceAllocator::NewArena(bool small) {
 
 std::optional<DeviceAllocator::Plan> DeviceAllocator::FindRoom(Pool* pool,
                                                                size_t size) {
-  Plan plan;
-  auto usable = [&](Block* b) {
-    return b != nullptr && b->state == BlockState::kFree && b->pool == pool
-               ? b
-               : nullptr;
-  };
   if (pool->small) {
     // One chunk, anywhere: small blocks never span chunks.
-    plan.pages = 1;
     for (auto& a : small_arenas_) {
       for (size_t p = 0; p < a->num_pages; ++p) {
         if (!a->Taken(p)) {
+          Plan plan;
           plan.arena = a.get();
           plan.first_page = p;
+          plan.pages = 1;
           return plan;
         }
       }
     }
-  } else {
-    std::vector<GapView> gaps;
-    std::vector<Plan> owners;
-    for (auto& a : large_arenas_) {
-      // What is mapped or in flight, in address order; the rest is gap.
-      std::map<size_t, std::pair<size_t, const Segment*>> taken;
-      for (const auto& [first, seg] : a->segments) {
-        taken[first] = {seg->end_page(), seg};
-      }
-      for (const auto& [first, pages] : a->in_flight) {
-        taken[first] = {first + pages, nullptr};
-      }
-      for (const auto& [first, end] : a->dormant_runs) {
-        taken[first] = {end, nullptr};
-      }
-      size_t cursor = 0;
-      const Segment* left = nullptr;
-      auto add_gap = [&](size_t end, const Segment* right) {
-        Plan o;
-        o.arena = a.get();
-        // A no_split pool's growth extends nothing: a block of its own.
-        if (!pool->no_split) {
-          o.keep_a = usable(left != nullptr ? left->tail : nullptr);
-          o.keep_b = usable(right != nullptr ? right->head : nullptr);
-        }
-        // A private pool's growth stays a page apart from whatever is
-        // mapped beside it, unless it extends a free block of its own:
-        // one segment per growth, as PyTorch's cudaMalloc per segment
-        // (test_allocate_in_thread_to_pool counts them), not as many as
-        // the other streams' mappings happened to leave room for. Only
-        // address space pays.
-        size_t first = cursor;
-        if (pool->mempool != 0) {
-          if (cursor > 0 && o.keep_a == nullptr) ++first;
-          if (end < a->num_pages && o.keep_b == nullptr && end > first) --end;
-        }
-        if (end <= first) return;
-        gaps.push_back(GapView{first, end - first,
-                               o.keep_a ? o.keep_a->size : 0,
-                               o.keep_b ? o.keep_b->size : 0});
-        owners.push_back(o);
-      };
-      for (const auto& [first, run] : taken) {
-        add_gap(first, run.second);
-        cursor = run.first;
-        left = run.second;
-      }
-      add_gap(a->num_pages, nullptr);
-    }
+    return std::nullopt;
+  }
+  std::vector<GapView> gaps;
+  std::vector<Plan> owners;
+  for (auto& a : large_arenas_) {
+    AddGaps(a.get(), pool, &gaps, &owners);
     if (std::optional<Placement> p = ChoosePlacement(gaps, size, page_size_)) {
-      plan = owners[p->gap];
+      Plan plan = owners[p->gap];
       plan.first_page = p->first_page;
       plan.pages = p->pages;
       return plan;
     }
   }
   return std::nullopt;
+}
+
+void DeviceAllocator::AddGaps(Arena* a, Pool* pool, std::vector<GapView>* gaps,
+                              std::vector<Plan>* owners) {
+  auto usable = [&](Block* b) {
+    return b != nullptr && b->state == BlockState::kFree && b->pool == pool
+               ? b
+               : nullptr;
+  };
+  // What is mapped or in flight, in address order; the rest is gap.
+  std::map<size_t, std::pair<size_t, const Segment*>> taken;
+  for (const auto& [first, seg] : a->segments) {
+    taken[first] = {seg->end_page(), seg};
+  }
+  for (const auto& [first, pages] : a->in_flight) {
+    taken[first] = {first + pages, nullptr};
+  }
+  for (const auto& [first, end] : a->dormant_runs) {
+    taken[first] = {end, nullptr};
+  }
+  size_t cursor = 0;
+  const Segment* left = nullptr;
+  auto add_gap = [&](size_t end, const Segment* right) {
+    Plan o;
+    o.arena = a;
+    // A no_split pool's growth extends nothing: a block of its own.
+    if (!pool->no_split) {
+      o.keep_a = usable(left != nullptr ? left->tail : nullptr);
+      o.keep_b = usable(right != nullptr ? right->head : nullptr);
+    }
+    // A private pool's growth stays a page apart from whatever is mapped
+    // beside it, unless it extends a free block of its own: one segment
+    // per growth, as PyTorch's cudaMalloc per segment
+    // (test_allocate_in_thread_to_pool counts them), not as many as the
+    // other streams' mappings happened to leave room for. Only address
+    // space pays.
+    size_t first = cursor;
+    if (pool->mempool != 0) {
+      if (cursor > 0 && o.keep_a == nullptr) ++first;
+      if (end < a->num_pages && o.keep_b == nullptr && end > first) --end;
+    }
+    if (end <= first) return;
+    gaps->push_back(GapView{first, end - first, o.keep_a ? o.keep_a->size : 0,
+                            o.keep_b ? o.keep_b->size : 0});
+    owners->push_back(o);
+  };
+  for (const auto& [first, run] : taken) {
+    add_gap(first, run.second);
+    cursor = run.first;
+    left = run.second;
+  }
+  add_gap(a->num_pages, nullptr);
 }
 
 absl::StatusOr<DeviceAllocator::Plan> DeviceAllocator::PlanMapping(

@@ -46,6 +46,7 @@
 #include "client/memory_pool.h"
 #include "client/options.h"
 #include "client/stats.h"
+#include "client/stitch_policy.h"
 #include "client/trace_recorder.h"
 #include "common/coalescing_worker.h"
 #include "common/mutex.h"
@@ -453,6 +454,12 @@ class DeviceAllocator {
   // Room for `size` bytes for `pool` in the arenas there are, if any.
   std::optional<Plan> FindRoom(Pool* pool, size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the unmapped gaps of large arena `a` (between what is mapped,
+  // in flight or dormant) to `gaps`, each with the plan that would map it
+  // for `pool` in `owners`: the free blocks of `pool` on either side that
+  // a mapping there extends.
+  void AddGaps(Arena* a, Pool* pool, std::vector<GapView>* gaps,
+               std::vector<Plan>* owners) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One segment of Segments(): the blocks from `head` to `end` (not
   // included) of a mapped range of `a`.
   SegmentView ViewOf(const Arena& a, const Block* head, const Block* end) const
