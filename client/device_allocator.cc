@@ -1255,53 +1255,21 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   const size_t max_pages =
       MaxCoverPages(rest, std::max(after, before), max_extra);
   if (max_pages <= rest) return cover;
-  // The large pool takes the largest cover within the bound (BetterCover).
-  const bool largest = !a->small;
-  // Held unmapped first (no steal), then whole free chunks of free blocks.
-  size_t best = 0, best_cached = cached_.size();
-  for (size_t i = 0; i < cached_.size(); ++i) {
-    const size_t n = cached_[i].size / page_size_;
-    if (BetterCover(n, best, rest, max_pages, largest)) {
-      best = n;
-      best_cached = i;
-    }
-  }
-  Block* best_block = nullptr;
-  size_t best_q = 0;
-  if (best == 0 && steal) {
-    for (auto& pool : pools_) {
-      if (!pool->LendsChunks()) continue;
-      pool->free.ForEach([&](Block* b) {
-        mu_.AssertHeld();  // held by our caller; tells the lock checker
-        if (b == plan->keep_a || b == plan->keep_b) return;
-        const Arena* ba = b->segment->arena;
-        const auto [first, last] = WholeChunksIn(b);
-        for (size_t q = first; q < last; q += ba->chunk_pages[q]) {
-          const size_t n = ba->chunk_pages[q];
-          if (BetterCover(n, best, rest, max_pages, largest) ||
-              (n == best && best_block != nullptr &&
-               b->size < best_block->size)) {
-            best = n;
-            best_block = b;
-            best_q = q;
-          }
-        }
-      });
-    }
-  }
-  if (best == 0) return cover;
-  if (best_block != nullptr &&
+  const CoverChoice choice = ChooseCover(*plan, rest, max_pages, steal);
+  if (choice.pages == 0) return cover;
+  if (choice.block != nullptr &&
       !CoverNow(plan->arena->small, stranded_bytes_, most_allocated_,
                 options_.cover_after)) {
     stranded_bytes_ += rest * page_size_;  // the lake makes the rest
     return cover;
   }
-  if (best_block != nullptr) {
-    StealPages(best_block, best_q, best_q + best, stolen, streams);
+  if (choice.block != nullptr) {
+    StealPages(choice.block, choice.first_page,
+               choice.first_page + choice.pages, stolen, streams);
     cover.handle = stolen->back().chunks.front().handle;
   } else {
-    const SizedChunk c = cached_[best_cached];
-    cached_.erase(cached_.begin() + best_cached);
+    const SizedChunk c = cached_[choice.cached];
+    cached_.erase(cached_.begin() + choice.cached);
     cached_bytes_ -= c.size;
     in_transit_bytes_ += c.size;
     chunks->push_back(c);
@@ -1309,13 +1277,50 @@ DeviceAllocator::Cover DeviceAllocator::CoverRest(
   }
   ++stats_.covers;
   // The plan grows by the extra pages, on the side with room for them.
-  const size_t extra = best - rest;
+  const size_t extra = choice.pages - rest;
   a->in_flight.erase(plan->first_page);
   cover.at_front = after < extra;
   if (cover.at_front) plan->first_page -= extra;
   plan->pages += extra;
   a->in_flight[plan->first_page] = plan->pages;
   return cover;
+}
+
+DeviceAllocator::CoverChoice DeviceAllocator::ChooseCover(const Plan& plan,
+                                                          size_t rest,
+                                                          size_t max_pages,
+                                                          bool steal) {
+  CoverChoice c;
+  // The large pool takes the largest cover within the bound (BetterCover).
+  const bool largest = !plan.arena->small;
+  // Held unmapped first (no steal), then whole free chunks of free blocks.
+  for (size_t i = 0; i < cached_.size(); ++i) {
+    const size_t n = cached_[i].size / page_size_;
+    if (BetterCover(n, c.pages, rest, max_pages, largest)) {
+      c.pages = n;
+      c.cached = i;
+    }
+  }
+  if (c.pages != 0 || !steal) return c;
+  for (auto& pool : pools_) {
+    if (!pool->LendsChunks()) continue;
+    pool->free.ForEach([&](Block* b) {
+      mu_.AssertHeld();  // held by our caller; tells the lock checker
+      if (b == plan.keep_a || b == plan.keep_b) return;
+      const Arena* ba = b->segment->arena;
+      const auto [first, last] = WholeChunksIn(b);
+      for (size_t q = first; q < last; q += ba->chunk_pages[q]) {
+        const size_t n = ba->chunk_pages[q];
+        if (BetterCover(n, c.pages, rest, max_pages, largest) ||
+            (n == c.pages && c.block != nullptr && b->size < c.block->size)) {
+          c.pages = n;
+          c.block = b;
+          c.first_page = q;
+        }
+      }
+    });
+  }
+  return c;
 }
 
 void DeviceAllocator::PlaceCover(const Cover& cover,

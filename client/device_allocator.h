@@ -515,6 +515,18 @@ class DeviceAllocator {
   // `steal`, a whole free chunk of a free block (into `stolen`). The plan
   // grows by its extra pages where the arena has room, and its in-flight
   // mark with it.
+  // The chunk CoverRest takes for the last `rest` pages of `plan`, up to
+  // `max_pages` pages: a cached one (`cached`, its index), else with
+  // `steal` a whole free chunk of a free block (`block`, at `first_page`)
+  // that `plan` does not extend; `pages` 0 where none fits.
+  struct CoverChoice {
+    size_t pages = 0;
+    size_t cached = 0;
+    Block* block = nullptr;
+    size_t first_page = 0;
+  };
+  CoverChoice ChooseCover(const Plan& plan, size_t rest, size_t max_pages,
+                          bool steal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Cover CoverRest(Plan* plan, size_t rest, bool steal,
                   std::vector<SizedChunk>* chunks,
                   std::vector<Detached>* stolen,
