@@ -1496,7 +1496,6 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
   const size_t pages = q1 - q0;
   const DevicePtr cut0 = a->PageAddr(q0);
   const DevicePtr cut1 = a->PageAddr(q1);
-  const size_t seg_end = seg->end_page();
 
   std::vector<SizedChunk> chunks = ForgetMapped(a, q0, q1);
   a->in_flight[q0] = pages;
@@ -1531,6 +1530,17 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
   if (before != nullptr) before->next = nullptr;
   if (after != nullptr) after->prev = nullptr;
 
+  CutSegment(seg, q0, q1, before, after);
+  // Neither remainder can merge: f was a maximal free run of its pool.
+  if (f != nullptr) pool->free.Insert(f);
+  if (right != nullptr) pool->free.Insert(right);
+  return chunks;
+}
+
+void DeviceAllocator::CutSegment(Segment* seg, size_t q0, size_t q1,
+                                 Block* before, Block* after) {
+  Arena* a = seg->arena;
+  const size_t seg_end = seg->end_page();
   if (before != nullptr) {
     seg->num_pages = q0 - seg->first_page;
     seg->tail = before;
@@ -1560,10 +1570,6 @@ std::vector<SizedChunk> DeviceAllocator::CutPages(Block* f, size_t q0,
     delete seg;
     stats_.segment.Add(-1, a->small);
   }
-  // Neither remainder can merge: f was a maximal free run of its pool.
-  if (f != nullptr) pool->free.Insert(f);
-  if (right != nullptr) pool->free.Insert(right);
-  return chunks;
 }
 
 Block* DeviceAllocator::AdoptPages(Arena* a, size_t first_page, size_t pages,

@@ -498,6 +498,12 @@ class DeviceAllocator {
   // splitting its segment around them, and marks them in flight.
   std::vector<SizedChunk> CutPages(Block* f, size_t q0, size_t q1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CutPages' segment books: pages [q0, q1) leave `seg`; `before` (the
+  // last block left of them, or null) ends what keeps `seg`, and `after`
+  // (the first block right of them, or null) heads a segment of its own.
+  // A segment left with no block is deleted.
+  void CutSegment(Segment* seg, size_t q0, size_t q1, Block* before,
+                  Block* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The run of pages [first, end) of whole chunks inside free block `b`.
   std::pair<size_t, size_t> WholeChunksIn(const Block* b) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
