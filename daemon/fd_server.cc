@@ -142,59 +142,63 @@ void FdServer::Loop() {
       ended.swap(ended_);
     }
     for (uint64_t serial : ended) Close(serial, "", /*end_session=*/false);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t serial = events[i].data.u64;
-      if (serial == kListenerSerial) {
-        AcceptAll();
-        continue;
-      }
-      if (serial == kWakeSerial) {
-        uint64_t count;
-        [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
-        continue;
-      }
-      auto it = conns_.find(serial);
-      if (it == conns_.end()) continue;  // closed earlier in this round
-      Conn* c = it->second.get();
-      std::string why;
-      if (events[i].events & EPOLLOUT) {
-        // The client read: send more, then maybe read its next requests.
-        if (!Pump(c, &why)) {
-          Close(serial, why, /*end_session=*/true);
-          continue;
-        }
-      }
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP)) ready_.insert(serial);
-      if (events[i].events & (EPOLLHUP | EPOLLERR)) {
-        // Gone both ways: serve what it sent (a Return may be in it), then
-        // close.
-        if (ServeSome(c, &why) != Served::kClose) {
-          why = "the connection failed";
-        }
-        Close(serial, why, /*end_session=*/true);
-      }
-    }
-    // One round: each ready connection gets a few requests served.
-    std::vector<uint64_t> round(ready_.begin(), ready_.end());
-    ready_.clear();
-    for (uint64_t serial : round) {
-      auto it = conns_.find(serial);
-      if (it == conns_.end()) continue;
-      std::string why;
-      switch (ServeSome(it->second.get(), &why)) {
-        case Served::kMore:
-          ready_.insert(serial);
-          break;
-        case Served::kClose:
-          Close(serial, why, /*end_session=*/true);
-          break;
-        case Served::kIdle:
-        case Served::kBlocked:
-          break;
-      }
-    }
+    for (int i = 0; i < n; ++i) HandleEvent(events[i]);
+    ServeRound();
     if (absl::Now() - last_housekeeping_ >= kHousekeepingPeriod) {
       Housekeeping();
+    }
+  }
+}
+
+void FdServer::HandleEvent(const epoll_event& event) {
+  const uint64_t serial = event.data.u64;
+  if (serial == kListenerSerial) {
+    AcceptAll();
+    return;
+  }
+  if (serial == kWakeSerial) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
+    return;
+  }
+  auto it = conns_.find(serial);
+  if (it == conns_.end()) return;  // closed earlier in this round
+  Conn* c = it->second.get();
+  std::string why;
+  if (event.events & EPOLLOUT) {
+    // The client read: send more, then maybe read its next requests.
+    if (!Pump(c, &why)) {
+      Close(serial, why, /*end_session=*/true);
+      return;
+    }
+  }
+  if (event.events & (EPOLLIN | EPOLLRDHUP)) ready_.insert(serial);
+  if (event.events & (EPOLLHUP | EPOLLERR)) {
+    // Gone both ways: serve what it sent (a Return may be in it), then
+    // close.
+    if (ServeSome(c, &why) != Served::kClose) why = "the connection failed";
+    Close(serial, why, /*end_session=*/true);
+  }
+}
+
+void FdServer::ServeRound() {
+  // Each ready connection gets a few requests served.
+  std::vector<uint64_t> round(ready_.begin(), ready_.end());
+  ready_.clear();
+  for (uint64_t serial : round) {
+    auto it = conns_.find(serial);
+    if (it == conns_.end()) continue;
+    std::string why;
+    switch (ServeSome(it->second.get(), &why)) {
+      case Served::kMore:
+        ready_.insert(serial);
+        break;
+      case Served::kClose:
+        Close(serial, why, /*end_session=*/true);
+        break;
+      case Served::kIdle:
+      case Served::kBlocked:
+        break;
     }
   }
 }

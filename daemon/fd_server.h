@@ -32,6 +32,7 @@
 #ifndef GMLAKE_DAEMON_FD_SERVER_H_
 #define GMLAKE_DAEMON_FD_SERVER_H_
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -130,6 +131,11 @@ class FdServer {
   FdServer(Lake* lake, FdServerOptions options, UniqueFd listener,
            UniqueFd wake, UniqueFd epoll);
   void Loop();
+  // One epoll event of Loop's round: the listener, the wake-up, or a
+  // connection (writable: Pump; readable: ready_; hung up: served, closed).
+  void HandleEvent(const epoll_event& event);
+  // One round over ready_: a few requests of each connection served.
+  void ServeRound();
   void AcceptAll();
   // At the descriptor limit: refuses one connection with the spare
   // descriptor, pauses accepting for a while, logs (rate-limited).
