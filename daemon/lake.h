@@ -483,6 +483,21 @@ class Lake {
       const absl::Status& created, const FdUsage& fds,
       std::vector<ChunkBooks::MadeChunk> made)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinishLeaseLocked's verdict: why lease `r` of session `s` (null if it
+  // ended; `label` names it) cannot be granted, or OK.
+  absl::Status LeaseFailureLocked(const ChunkBooks::Reservation& r,
+                                  const Session* s, const std::string& label,
+                                  uint64_t to_create,
+                                  const absl::Status& scrubbed,
+                                  const absl::Status& created,
+                                  const FdUsage& fds) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Books a granted lease (`chunk_ids` from ChunkBooks::Grant) to `s`:
+  // unclaimed descriptors, counters, the session's growth.
+  LeaseGrant BookGrantLocked(const ChunkBooks::Reservation& r, Session* s,
+                             const std::string& label,
+                             std::vector<uint64_t> chunk_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A lease that asked others for memory since `since` is done.
   void NotePressureWaitLocked(absl::Time since)

@@ -568,27 +568,8 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
   Session* s = sessions_.Live(r->session);
   const std::string label =
       s != nullptr ? s->Label() : absl::StrCat("session ", r->session);
-  absl::Status failure = absl::OkStatus();
-  if (!scrubbed.ok()) {
-    failure = absl::InternalError(
-        absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
-                        r->dirty.size(), r->device, label, scrubbed.message()));
-  } else if (!created.ok() && OutOfDescriptors(fds)) {
-    failure = absl::ResourceExhaustedError(absl::StrFormat(
-        "creating %d chunks on device %d for %s failed: %s (%s)", to_create,
-        r->device, label, DescribeOutOfDescriptors(fds), created.message()));
-  } else if (!created.ok()) {
-    failure = absl::Status(
-        created.code(),
-        absl::StrFormat("creating %d chunks on device %d for %s failed "
-                        "(the device may hold less than --capacity): %s",
-                        to_create, r->device, label, created.message()));
-  } else if (shutting_down_) {
-    failure = absl::UnavailableError("gmlaked is shutting down");
-  } else if (s == nullptr) {
-    failure = absl::AbortedError(absl::StrFormat(
-        "session %d ended while its lease was being served", r->session));
-  }
+  absl::Status failure =
+      LeaseFailureLocked(*r, s, label, to_create, scrubbed, created, fds);
   absl::StatusOr<std::vector<uint64_t>> granted =
       absl::InternalError("not granted");
   if (failure.ok()) {
@@ -607,28 +588,64 @@ absl::StatusOr<LeaseGrant> Lake::FinishLeaseLocked(
     Warnf("lease failed: %s", failure.message());
     return failure;
   }
-  chunks_scrubbed_ += r->dirty.size();
-  zeroed_bytes_ += r->dirty.size() * r->chunk_bytes;
+  return BookGrantLocked(*r, s, label, *std::move(granted));
+}
+
+absl::Status Lake::LeaseFailureLocked(
+    const ChunkBooks::Reservation& r, const Session* s,
+    const std::string& label, uint64_t to_create, const absl::Status& scrubbed,
+    const absl::Status& created, const FdUsage& fds) const {
+  if (!scrubbed.ok()) {
+    return absl::InternalError(
+        absl::StrFormat("zeroing %d chunks on device %d for %s failed: %s",
+                        r.dirty.size(), r.device, label, scrubbed.message()));
+  }
+  if (!created.ok() && OutOfDescriptors(fds)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "creating %d chunks on device %d for %s failed: %s (%s)", to_create,
+        r.device, label, DescribeOutOfDescriptors(fds), created.message()));
+  }
+  if (!created.ok()) {
+    return absl::Status(
+        created.code(),
+        absl::StrFormat("creating %d chunks on device %d for %s failed "
+                        "(the device may hold less than --capacity): %s",
+                        to_create, r.device, label, created.message()));
+  }
+  if (shutting_down_) return absl::UnavailableError("gmlaked is shutting down");
+  if (s == nullptr) {
+    return absl::AbortedError(absl::StrFormat(
+        "session %d ended while its lease was being served", r.session));
+  }
+  return absl::OkStatus();
+}
+
+LeaseGrant Lake::BookGrantLocked(const ChunkBooks::Reservation& r, Session* s,
+                                 const std::string& label,
+                                 std::vector<uint64_t> chunk_ids) {
+  chunks_scrubbed_ += r.dirty.size();
+  zeroed_bytes_ += r.dirty.size() * r.chunk_bytes;
   LeaseGrant grant;
-  grant.lease_id = r->lease;
-  grant.device = r->device;
-  grant.chunk_size = r->chunk_bytes;
-  grant.chunk_ids = *std::move(granted);
-  grant.client_makes = r->client_makes;
+  grant.lease_id = r.lease;
+  grant.device = r.device;
+  grant.chunk_size = r.chunk_bytes;
+  grant.chunk_ids = std::move(chunk_ids);
+  grant.client_makes = r.client_makes;
   const absl::Time now = absl::Now();
   // Nothing to claim in a lease of capacity.
-  if (!r->client_makes) {
+  if (!r.client_makes) {
     sessions_.AddUnclaimed(s, grant.lease_id, grant.chunk_ids, now);
   }
+  const uint64_t bytes = r.count * grant.chunk_size;
   ++leases_served_;
-  leased_chunks_total_ += r->count;
-  leased_bytes_total_ += r->count * grant.chunk_size;
-  NoteGrantLocked(s, r->device, r->count * grant.chunk_size, now);
+  leased_chunks_total_ += r.count;
+  leased_bytes_total_ += bytes;
+  NoteGrantLocked(s, r.device, bytes, now);
   VLogf("lease %d: %d chunks (%s) on device %d to %s (%d zeroed, %d new%s)",
-        grant.lease_id, r->count, FormatBytes(r->count * grant.chunk_size),
-        r->device, label, r->dirty.size(), r->made.size(),
-        r->client_makes ? ", made by the client" : "");
-  if (r->client_makes) client_made_bytes_ += r->count * grant.chunk_size;
+        grant.lease_id, r.count, FormatBytes(bytes), r.device, label,
+        r.dirty.size(), r.made.size(),
+        r.client_makes ? ", made by the client" : "");
+  if (r.client_makes) client_made_bytes_ += bytes;
   return grant;
 }
 
