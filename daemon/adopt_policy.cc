@@ -29,6 +29,28 @@ absl::Status CheckAdoptionClaim(const AdoptionClaim& claim, int device_count) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<uint64_t>> AdoptedChunkSizes(
+    int device, size_t descriptors, absl::Span<const uint64_t> sizes,
+    uint64_t unit, uint64_t capacity) {
+  std::vector<uint64_t> out(sizes.begin(), sizes.end());
+  if (out.empty()) out.assign(descriptors, unit);
+  if (out.size() != descriptors) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "an adopt request with %d descriptors and %d chunk sizes: give one "
+        "size per descriptor, or none",
+        descriptors, out.size()));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0 || out[i] % unit != 0 || out[i] > capacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk %d of the adopt request claims %d bytes: chunks on device "
+          "%d are multiples of %s, at most its capacity; nothing was adopted",
+          i, out[i], device, FormatBytes(unit)));
+    }
+  }
+  return out;
+}
+
 absl::Status CheckAdoptionFits(
     int device, const std::vector<ChunkIdentity>& identities, uint64_t bytes,
     const AdoptionRoom& room,

@@ -34,6 +34,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "daemon/chunk_identity.h"
 
 namespace gmlake {
@@ -48,6 +50,14 @@ struct AdoptionClaim {
 // Checks a claim's form: descriptors present, one id each, a device that
 // exists. InvalidArgument naming what is wrong otherwise.
 absl::Status CheckAdoptionClaim(const AdoptionClaim& claim, int device_count);
+
+// The claimed chunks' sizes: `sizes` as given (one per descriptor), or,
+// given none, `unit` for each of the `descriptors`. Each must be a
+// multiple of the device's `unit` and at most its `capacity`.
+// InvalidArgument naming the chunk or the count otherwise.
+absl::StatusOr<std::vector<uint64_t>> AdoptedChunkSizes(
+    int device, size_t descriptors, absl::Span<const uint64_t> sizes,
+    uint64_t unit, uint64_t capacity);
 
 // Where the adopted chunks would go.
 struct AdoptionRoom {

@@ -3,6 +3,7 @@
 #include "daemon/adopt_policy.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,6 +38,33 @@ TEST(AdoptPolicyTest, OneIdPerDescriptorOnADeviceThatExists) {
   EXPECT_THAT(CheckAdoptionClaim({-1, 2, 2}, 1).message(),
               HasSubstr("does not serve"));
   EXPECT_TRUE(CheckAdoptionClaim({1, 2, 2}, 2).ok());
+}
+
+TEST(AdoptPolicyTest, ChunkSizesAreMultiplesOfTheUnitWithinTheCapacity) {
+  constexpr uint64_t kCapacity = 64 * kChunk;
+  absl::StatusOr<std::vector<uint64_t>> none =
+      AdoptedChunkSizes(0, 3, {}, kChunk, kCapacity);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, (std::vector<uint64_t>{kChunk, kChunk, kChunk}));
+  const std::vector<uint64_t> given = {kChunk, 8 * kChunk};
+  absl::StatusOr<std::vector<uint64_t>> sized =
+      AdoptedChunkSizes(0, 2, given, kChunk, kCapacity);
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(*sized, given);
+
+  const std::vector<uint64_t> one = {kChunk};
+  EXPECT_THAT(
+      AdoptedChunkSizes(0, 2, one, kChunk, kCapacity).status().message(),
+      HasSubstr("2 descriptors and 1 chunk sizes"));
+  for (uint64_t bad : {uint64_t{0}, kChunk + 4096, 2 * kCapacity}) {
+    const std::vector<uint64_t> sizes = {kChunk, bad};
+    absl::Status s = AdoptedChunkSizes(1, 2, sizes, kChunk, kCapacity).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("chunk 1 of the adopt request claims"))
+        << bad;
+    EXPECT_THAT(s.message(), HasSubstr("device 1 are multiples of 2.00 MiB"))
+        << bad;
+  }
 }
 
 TEST(AdoptPolicyTest, ChunksWithinRoomAndQuotasAreAdopted) {

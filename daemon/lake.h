@@ -528,6 +528,15 @@ class Lake {
                              absl::Span<const uint64_t> sizes,
                              std::vector<ChunkHandle>* handles,
                              std::vector<ChunkIdentity>* identities);
+  // Adopts the imported `handles` (of `sizes`, `bytes` in all) into
+  // `session` where they fit (CheckAdoptionFits), appending their ids to
+  // `ids`; Aborted if the session ended meanwhile.
+  absl::Status BookAdoptedLocked(uint64_t session, int device,
+                                 absl::Span<const ChunkHandle> handles,
+                                 absl::Span<const uint64_t> sizes,
+                                 const std::vector<ChunkIdentity>& identities,
+                                 uint64_t bytes, std::vector<uint64_t>* ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHandles(absl::Span<const ChunkHandle> handles);
   // Zeroes chunks of `size` bytes each through a scratch mapping.
   absl::Status Scrub(int device, uint64_t size,

@@ -27,27 +27,13 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
   }
   // Each chunk's size: as claimed (the import checks it where the backend
   // can), a multiple of the device's unit.
-  const uint64_t unit = options_.devices[device].chunk_size;
-  std::vector<uint64_t> chunk_sizes(sizes.begin(), sizes.end());
-  if (chunk_sizes.empty()) chunk_sizes.assign(fds.size(), unit);
-  if (chunk_sizes.size() != fds.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "an adopt request with %d descriptors and %d chunk sizes: give one "
-        "size per descriptor, or none",
-        fds.size(), chunk_sizes.size()));
-  }
+  absl::StatusOr<std::vector<uint64_t>> sized = AdoptedChunkSizes(
+      device, fds.size(), sizes, options_.devices[device].chunk_size,
+      options_.devices[device].capacity_bytes);
+  if (!sized.ok()) return sized.status();
+  const std::vector<uint64_t>& chunk_sizes = *sized;
   uint64_t bytes = 0;
-  for (size_t i = 0; i < chunk_sizes.size(); ++i) {
-    const uint64_t size = chunk_sizes[i];
-    if (size == 0 || size % unit != 0 ||
-        size > options_.devices[device].capacity_bytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "chunk %d of the adopt request claims %d bytes: chunks on device "
-          "%d are multiples of %s, at most its capacity; nothing was adopted",
-          i, size, device, FormatBytes(unit)));
-    }
-    bytes += size;
-  }
+  for (uint64_t size : chunk_sizes) bytes += size;
   {
     MutexLock lock(&mu_);
     absl::StatusOr<Session*> found = sessions_.Find(session, token);
@@ -72,35 +58,8 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
   absl::Status refused;
   {
     MutexLock lock(&mu_);
-    const Session* s = sessions_.Live(session);
-    if (s == nullptr || shutting_down_) {
-      refused = absl::AbortedError(absl::StrFormat(
-          "session %d ended while its chunks were being adopted", session));
-    } else {
-      AdoptionRoom room;
-      room.room_bytes = books_.room(device);
-      const ChunkBooks::Holding h = books_.holding(session);
-      room.session_bytes = h.leased_bytes + h.in_flight_bytes;
-      room.session_quota = options_.session_quota_bytes;
-      room.uid = s->peer.uid;
-      room.uid_bytes = books_.uid_bytes(s->peer.uid);
-      room.uid_quota = options_.uid_quota_bytes;
-      refused = CheckAdoptionFits(
-          device, identities, bytes, room,
-          [this](const ChunkIdentity& id)
-              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return books_.HeldAs(id); });
-      if (refused.ok()) {
-        for (size_t i = 0; i < handles.size(); ++i) {
-          ids.push_back(books_.Adopt(session, s->peer.uid, device, handles[i],
-                                     chunk_sizes[i], identities[i]));
-        }
-        adopted_chunks_ += ids.size();
-        Logf(
-            "%s: adopted %d chunks (%s) on device %d that its process held "
-            "from the gmlaked before",
-            s->Label(), ids.size(), FormatBytes(bytes), device);
-      }
-    }
+    refused = BookAdoptedLocked(session, device, handles, chunk_sizes,
+                                identities, bytes, &ids);
   }
   if (!refused.ok()) {
     ReleaseHandles(handles);
@@ -109,6 +68,43 @@ absl::StatusOr<std::vector<uint64_t>> Lake::Adopt(
     return refused;
   }
   return ids;
+}
+
+absl::Status Lake::BookAdoptedLocked(
+    uint64_t session, int device, absl::Span<const ChunkHandle> handles,
+    absl::Span<const uint64_t> sizes,
+    const std::vector<ChunkIdentity>& identities, uint64_t bytes,
+    std::vector<uint64_t>* ids) {
+  const Session* s = sessions_.Live(session);
+  if (s == nullptr || shutting_down_) {
+    return absl::AbortedError(absl::StrFormat(
+        "session %d ended while its chunks were being adopted", session));
+  }
+  AdoptionRoom room;
+  room.room_bytes = books_.room(device);
+  const ChunkBooks::Holding h = books_.holding(session);
+  room.session_bytes = h.leased_bytes + h.in_flight_bytes;
+  room.session_quota = options_.session_quota_bytes;
+  room.uid = s->peer.uid;
+  room.uid_bytes = books_.uid_bytes(s->peer.uid);
+  room.uid_quota = options_.uid_quota_bytes;
+  if (absl::Status fits = CheckAdoptionFits(
+          device, identities, bytes, room,
+          [this](const ChunkIdentity& id)
+              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return books_.HeldAs(id); });
+      !fits.ok()) {
+    return fits;
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    ids->push_back(books_.Adopt(session, s->peer.uid, device, handles[i],
+                                sizes[i], identities[i]));
+  }
+  adopted_chunks_ += ids->size();
+  Logf(
+      "%s: adopted %d chunks (%s) on device %d that its process held from "
+      "the gmlaked before",
+      s->Label(), ids->size(), FormatBytes(bytes), device);
+  return absl::OkStatus();
 }
 
 absl::Status Lake::ImportAdopted(int device, absl::Span<const UniqueFd> fds,
