@@ -513,6 +513,37 @@ TEST_F(DaemonChunkSourceTest, KeptDescriptorsLeaveTheProcessRoom) {
   EXPECT_EQ(s->kept_descriptors(), 0u);
 }
 
+// An import that fails part-way through a lease (here for want of
+// descriptors) gives the whole lease back and reads the rest of its
+// descriptors, so that the fd socket stays in step: the next lease is
+// served and the session lives.
+TEST_F(DaemonChunkSourceTest, AnImportThatFailsMidLeaseKeepsTheSession) {
+  Start({"--capacity=1GiB"});
+  std::unique_ptr<DaemonChunkSource> s =
+      Connect(0, "mid-lease", absl::Milliseconds(100), /*keep=*/false);
+  ASSERT_NE(s, nullptr);
+  absl::StatusOr<std::vector<ChunkHandle>> hs;
+  {
+    // Room for the first batch of 253 descriptors and 20 of its imports,
+    // not all 253; the second batch (10) fits once the first has closed.
+    FewDescriptors few(253 + 20);
+    hs = s->Acquire(0, 263);
+  }
+  ASSERT_FALSE(hs.ok());
+  EXPECT_THAT(std::string(hs.status().message()),
+              HasSubstr("importing a chunk from gmlaked"));
+  EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
+  absl::StatusOr<std::vector<ChunkHandle>> again = s->Acquire(0, 263);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(s->daemon_status().ok()) << s->daemon_status();
+  // Some of them, written and read back through a mapping.
+  const std::vector<ChunkHandle> past(again->begin() + 16, again->begin() + 32);
+  ASSERT_TRUE(Touch(s.get(), past, 0x5a, false).ok());
+  EXPECT_TRUE(Touch(s.get(), past, 0x5a, true).ok());
+  s->Return(0, *again);
+  EXPECT_TRUE(daemon_->CheckBooks().ok()) << daemon_->CheckBooks();
+}
+
 // Showing a restarted gmlaked what it holds exports descriptors in
 // batches that fit the room the process has, not all at once.
 TEST_F(DaemonChunkSourceTest, ReadoptionFitsInTheDescriptorsLeft) {

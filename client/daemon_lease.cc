@@ -411,7 +411,8 @@ absl::Status DaemonChunkSource::ClaimAndImport(const Rpc& r, int device,
     landed->socket_broken = true;
     return s;
   }
-  size_t next = 0;  // ids[next] is the next chunk gmlaked is to send
+  size_t next = 0;      // ids[next] is the next chunk gmlaked is to send
+  absl::Status failed;  // an import failed: the rest is read, not imported
   while (true) {
     std::vector<UniqueFd> fds;
     absl::StatusOr<v1::FdReply> reply = ReadReply(fd_sock_.get(), &fds);
@@ -432,15 +433,19 @@ absl::Status DaemonChunkSource::ClaimAndImport(const Rpc& r, int device,
           "gmlaked sent %d descriptors for %d chunk ids of lease %d",
           fds.size(), reply->chunk_ids_size(), reply->lease_id()));
     }
-    s = ImportBatch(device, size, *reply, ids, &fds, &next, landed);
-    if (!s.ok()) return s;
+    if (failed.ok()) {
+      failed = ImportBatch(device, size, *reply, ids, &fds, &next, landed);
+    }
+    // After a failed import the lease's other batches are still read (and
+    // their descriptors closed), so that the next claim finds the socket in
+    // step.
     if (reply->last()) {
-      if (next != ids.size()) {
+      if (failed.ok() && next != ids.size()) {
         return absl::DataLossError(
             absl::StrFormat("gmlaked sent %d of the %d descriptors of lease %d",
                             next, ids.size(), lease_id));
       }
-      return absl::OkStatus();
+      return failed;
     }
   }
 }
