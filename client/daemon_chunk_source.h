@@ -370,6 +370,15 @@ class DaemonChunkSource : public ChunkSource {
   // `renamed` (handle -> new id) with those it adopted.
   absl::Status Readopt(const Rpc& link, int sock,
                        absl::flat_hash_map<ChunkHandle, uint64_t>* renamed);
+  // One adopt request of Readopt: `shown` (of device `dev`, gmlaked's
+  // `daemon_device`) with their descriptors `fds`; adds what gmlaked adopted
+  // to `renamed`. A refusal is reported on stderr, not returned: the
+  // process keeps those chunks, uncounted.
+  absl::Status ShowChunks(const Rpc& link, int sock, size_t dev,
+                          int daemon_device,
+                          const std::vector<LeasedChunk>& shown,
+                          std::vector<UniqueFd> fds,
+                          absl::flat_hash_map<ChunkHandle, uint64_t>* renamed);
   // How many chunks to show in one adopt request: what the process's
   // descriptors allow (ReadoptBatch's comment), at most kMaxFdsPerGroup.
   static size_t ReadoptBatch();

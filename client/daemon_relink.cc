@@ -255,43 +255,10 @@ absl::Status DaemonChunkSource::Readopt(
       }
       at += n;
       if (shown.empty()) continue;
-      v1::FdRequest req;
-      req.set_session_id(link.session);
-      req.set_token(link.token);
-      req.mutable_adopt()->set_device(daemon_device);
-      std::vector<int> raw;
-      for (size_t i = 0; i < shown.size(); ++i) {
-        req.mutable_adopt()->add_previous_chunk_ids(shown[i].id);
-        req.mutable_adopt()->add_chunk_bytes(shown[i].size);
-        raw.push_back(fds[i].get());
-      }
-      if (absl::Status s = SendFds(sock, req.SerializeAsString(), raw);
+      if (absl::Status s = ShowChunks(link, sock, dev, daemon_device, shown,
+                                      std::move(fds), renamed);
           !s.ok()) {
         return s;
-      }
-      fds.clear();  // sent: the daemon has its own
-      absl::StatusOr<ReceivedMessage> msg =
-          RecvFds(sock, kMaxAdoptReplyBytes, 0);
-      if (!msg.ok()) return msg.status();
-      v1::FdReply reply;
-      if (!reply.ParseFromString(msg->payload)) {
-        return absl::DataLossError(
-            "gmlaked's fd socket sent something that is not an FdReply");
-      }
-      if (reply.code() != 0) {
-        std::fprintf(stderr,
-                     "gmlake: gmlaked refused to adopt %zu chunks of device "
-                     "%zu: %s; this process keeps them, uncounted\n",
-                     shown.size(), dev, reply.message().c_str());
-        continue;
-      }
-      if (static_cast<size_t>(reply.chunk_ids_size()) != shown.size()) {
-        return absl::DataLossError(
-            absl::StrFormat("gmlaked adopted %d chunks of %d shown",
-                            reply.chunk_ids_size(), shown.size()));
-      }
-      for (size_t i = 0; i < shown.size(); ++i) {
-        (*renamed)[shown[i].handle] = reply.chunk_ids(i);
       }
     }
     if (failures != 0) {
@@ -302,6 +269,49 @@ absl::Status DaemonChunkSource::Readopt(
                    failures, all.size(), dev,
                    std::string(first_failure.message()).c_str());
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DaemonChunkSource::ShowChunks(
+    const Rpc& link, int sock, size_t dev, int daemon_device,
+    const std::vector<LeasedChunk>& shown, std::vector<UniqueFd> fds,
+    absl::flat_hash_map<ChunkHandle, uint64_t>* renamed) {
+  v1::FdRequest req;
+  req.set_session_id(link.session);
+  req.set_token(link.token);
+  req.mutable_adopt()->set_device(daemon_device);
+  std::vector<int> raw;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    req.mutable_adopt()->add_previous_chunk_ids(shown[i].id);
+    req.mutable_adopt()->add_chunk_bytes(shown[i].size);
+    raw.push_back(fds[i].get());
+  }
+  if (absl::Status s = SendFds(sock, req.SerializeAsString(), raw); !s.ok()) {
+    return s;
+  }
+  fds.clear();  // sent: the daemon has its own
+  absl::StatusOr<ReceivedMessage> msg = RecvFds(sock, kMaxAdoptReplyBytes, 0);
+  if (!msg.ok()) return msg.status();
+  v1::FdReply reply;
+  if (!reply.ParseFromString(msg->payload)) {
+    return absl::DataLossError(
+        "gmlaked's fd socket sent something that is not an FdReply");
+  }
+  if (reply.code() != 0) {
+    std::fprintf(stderr,
+                 "gmlake: gmlaked refused to adopt %zu chunks of device "
+                 "%zu: %s; this process keeps them, uncounted\n",
+                 shown.size(), dev, reply.message().c_str());
+    return absl::OkStatus();
+  }
+  if (static_cast<size_t>(reply.chunk_ids_size()) != shown.size()) {
+    return absl::DataLossError(
+        absl::StrFormat("gmlaked adopted %d chunks of %d shown",
+                        reply.chunk_ids_size(), shown.size()));
+  }
+  for (size_t i = 0; i < shown.size(); ++i) {
+    (*renamed)[shown[i].handle] = reply.chunk_ids(i);
   }
   return absl::OkStatus();
 }
