@@ -55,6 +55,19 @@ UniqueFd MemfdWith(const std::string& contents) {
   return fd;
 }
 
+// `n` memfds holding "x", open while this lives, and their descriptors to
+// send.
+struct Memfds {
+  explicit Memfds(int n) {
+    for (int i = 0; i < n; ++i) {
+      files.push_back(MemfdWith("x"));
+      raw.push_back(files.back().get());
+    }
+  }
+  std::vector<UniqueFd> files;
+  std::vector<int> raw;
+};
+
 std::string ReadAll(int fd) {
   std::string out(4096, '\0');
   const ssize_t n = pread(fd, out.data(), out.size(), 0);
@@ -295,12 +308,8 @@ TEST_F(FdPassingTest, OversizedLengthIsRefusedBeforeAllocating) {
 // (MSG_CTRUNC) or the header says too many; RecvFds fails and closes
 // whatever did arrive.
 TEST_F(FdPassingTest, TruncatedDescriptorsAreClosed) {
-  std::vector<UniqueFd> files;
-  std::vector<int> raw;
-  for (int i = 0; i < 100; ++i) {
-    files.push_back(MemfdWith("x"));
-    raw.push_back(files.back().get());
-  }
+  const Memfds memfds(100);
+  const std::vector<int>& raw = memfds.raw;
   const int open_with_files = CountOpenFds();
   struct Case {
     size_t max_fds;
@@ -323,12 +332,8 @@ TEST_F(FdPassingTest, TruncatedDescriptorsAreClosed) {
 // A receiver at its descriptor limit gets MSG_CTRUNC too, though its buffer
 // had room: the error names the limit and what to do, not the sender.
 TEST_F(FdPassingTest, AReceiverOutOfDescriptorsIsToldSo) {
-  std::vector<UniqueFd> files;
-  std::vector<int> raw;
-  for (int i = 0; i < 20; ++i) {
-    files.push_back(MemfdWith("x"));
-    raw.push_back(files.back().get());
-  }
+  const Memfds memfds(20);
+  const std::vector<int>& raw = memfds.raw;
   const int open_with_files = CountOpenFds();
   ASSERT_TRUE(SendFds(a_.get(), "twenty", raw).ok());
   rlimit saved;
@@ -351,12 +356,8 @@ TEST_F(FdPassingTest, AReceiverOutOfDescriptorsIsToldSo) {
 // More groups than allowed: the first group arrives, then the header says
 // too many; nothing stays open here.
 TEST_F(FdPassingTest, TooManyDescriptorsOverSeveralGroupsAreClosed) {
-  std::vector<UniqueFd> files;
-  std::vector<int> raw;
-  for (int i = 0; i < 400; ++i) {
-    files.push_back(MemfdWith("x"));
-    raw.push_back(files.back().get());
-  }
+  const Memfds memfds(400);
+  const std::vector<int>& raw = memfds.raw;
   const int open_with_files = CountOpenFds();
   std::thread sender([&] { SendFds(a_.get(), "", raw).IgnoreError(); });
   absl::StatusOr<ReceivedMessage> m = RecvFds(b_.get(), 64, 300);
