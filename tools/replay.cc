@@ -62,10 +62,8 @@ double ClockFloorNs() {
 // One replay's running books: each id's pointer and size, the bytes live,
 // the operation times of the second half and the call counts at its start.
 struct ReplayRun {
-  ReplayRun(const Trace& trace, VmmBackend* backend)
-      : ptr(trace.num_ids, 0),
-        live_size(trace.num_ids, 0),
-        at_half(backend->call_stats()) {}
+  ReplayRun(const Trace& trace, const VmmCallSnapshot& start)
+      : ptr(trace.num_ids, 0), live_size(trace.num_ids, 0), at_half(start) {}
   std::vector<DevicePtr> ptr;
   std::vector<uint64_t> live_size;
   uint64_t live = 0;
@@ -178,8 +176,8 @@ absl::StatusOr<ReplayResult> ReplayTrace(const Trace& trace,
   ReplayResult r;
   Allocator allocator(&lake, *options);
   if (config.time_ops) r.timer_ns_p50 = ClockFloorNs();
-  ReplayRun run(trace, backend->get());
-  const VmmCallSnapshot start = run.at_half;
+  const VmmCallSnapshot start = (*backend)->call_stats();
+  ReplayRun run(trace, start);
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<bool> completed =
       RunEvents(trace, config, backend->get(), allocator, &run, &r);
