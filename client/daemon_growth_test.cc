@@ -524,6 +524,10 @@ TEST_F(DaemonGrowthTest, FastGrowthFromTwoThreadsGetsDistinctChunks) {
     for (const SizedChunk& c : g) handles.insert(c.handle);
   }
   EXPECT_EQ(handles.size(), kGiB / kChunk);
+  // The last acquire may have started a refill: gmlaked counts it when it
+  // grants it, the source once the descriptors are in (under load, 1 of 94
+  // tests in a full run saw 10 against 11).
+  src->AwaitBackgroundLease(0);
   EXPECT_LE(LeasesServed() - before, 24u);
   EXPECT_EQ(src->blocking_leases() + src->background_leases(),
             LeasesServed() - before);
