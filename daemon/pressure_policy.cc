@@ -48,8 +48,8 @@ std::vector<PressureAsk> ChoosePressure(
     wanted -= ask;
     covered += ask;
   }
-  // Then the rest of the shortfall (not of the want) from what they hold.
-  uint64_t remaining = short_bytes - std::min(short_bytes, covered);
+  // Then the rest of the want from what they hold, unpromised.
+  uint64_t remaining = std::max(want_bytes, short_bytes) - covered;
   for (Left& l : order) {
     if (remaining == 0) break;
     const uint64_t ask = std::min(remaining, l.c.leased_bytes - l.asked);

@@ -20,9 +20,15 @@
 // for its shortfall or, if more, the asker's recent growth (bytes leased
 // over a window) or its deficit against its own recent peak (what it held
 // before others took it back): a process taking its turn on a shared GPU
-// gets back its working set in one round. The part beyond the shortfall is
-// asked only from caches, and never past the asker's quota; chunks that
-// come back beyond the lease stay free in the lake for its next leases.
+// gets back its working set in one round. Credible caches are asked first,
+// and only they are promises; the rest of the want is asked of what the
+// sessions hold, unpromised (an asked allocator gives back the free cache
+// it has, never live memory). A cache report is up to a report period old:
+// an idle process that freed its turn's memory after its last report
+// caches more than it says, and a want capped at the report cost a top-up
+// round at every turn switch (lake_share_test: 6-9 rounds in four switches
+// under load, 5-7 since). Never past the asker's quota; chunks that come
+// back beyond the lease stay free in the lake for its next leases.
 //
 // When to give up: a lease waits while memory is on its way (a request not
 // answered yet, within its patience, or bytes still arriving), asks others
@@ -66,8 +72,8 @@ struct PressureAsk {
 uint64_t CredibleCache(const PressureCandidate& c);
 
 // Splits the asks over `candidates`: `want_bytes` (>= short_bytes) from
-// credible caches, largest first; then, if the caches do not cover
-// `short_bytes`, the rest of the shortfall from what they hold. Each
+// credible caches, largest first; then what the caches do not cover from
+// what the sessions hold, in the same order. Each
 // session appears at most once, never asked for more than it holds. Empty
 // when nobody holds anything.
 std::vector<PressureAsk> ChoosePressure(
