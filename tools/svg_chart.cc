@@ -89,6 +89,102 @@ std::string Polyline(const ChartSeries& s, const Scale& sc) {
                       points, "\"/>\n");
 }
 
+// The extent of everything drawn: series, levels (y) and markers (x).
+Bounds ChartBounds(const Chart& chart) {
+  Bounds b;
+  for (const ChartSeries& s : chart.series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      b.Add(s.x[i], s.y[i]);
+    }
+  }
+  for (const ChartLevel& l : chart.levels) {
+    if (std::isfinite(l.y)) b.y1 = std::max(b.y1, l.y);
+  }
+  for (const ChartMarker& m : chart.markers) {
+    if (std::isfinite(m.x)) {
+      b.x0 = std::min(b.x0, m.x);
+      b.x1 = std::max(b.x1, m.x);
+    }
+  }
+  if (!std::isfinite(b.x0)) b.x0 = 0, b.x1 = 1;
+  if (!(b.x1 > b.x0)) b.x1 = b.x0 + 1;
+  if (!std::isfinite(b.y1) || b.y1 <= 0) b.y1 = 1;
+  return b;
+}
+
+// The grid, the ticks with their labels, the frame and the axis titles.
+void AppendAxes(const Chart& chart, const std::vector<double>& yticks,
+                const std::vector<double>& xticks, const Scale& sc,
+                std::string* svg) {
+  for (double t : yticks) {
+    const double y = sc.Y(t);
+    absl::StrAppend(svg, "<line x1=\"", Num(sc.left), "\" y1=\"", Num(y),
+                    "\" x2=\"", Num(sc.right), "\" y2=\"", Num(y),
+                    "\" stroke=\"#e5e5e5\"/>\n", "<text x=\"", Num(sc.left - 6),
+                    "\" y=\"", Num(y + 4), "\" text-anchor=\"end\">",
+                    TickText(t), "</text>\n");
+  }
+  for (double t : xticks) {
+    const double x = sc.X(t);
+    absl::StrAppend(svg, "<line x1=\"", Num(x), "\" y1=\"", Num(sc.bottom),
+                    "\" x2=\"", Num(x), "\" y2=\"", Num(sc.bottom + 5),
+                    "\" stroke=\"#333\"/>\n", "<text x=\"", Num(x), "\" y=\"",
+                    Num(sc.bottom + 18), "\" text-anchor=\"middle\">",
+                    TickText(t), "</text>\n");
+  }
+  absl::StrAppend(svg, "<rect x=\"", Num(sc.left), "\" y=\"", Num(sc.top),
+                  "\" width=\"", Num(sc.right - sc.left), "\" height=\"",
+                  Num(sc.bottom - sc.top),
+                  "\" fill=\"none\" stroke=\"#333\"/>\n");
+  absl::StrAppend(svg, "<text x=\"", Num((sc.left + sc.right) / 2), "\" y=\"",
+                  Num(sc.bottom + 40), "\" text-anchor=\"middle\">",
+                  Escape(chart.x_label), "</text>\n");
+  absl::StrAppend(svg, "<text transform=\"translate(18,",
+                  Num((sc.top + sc.bottom) / 2),
+                  ") rotate(-90)\" text-anchor=\"middle\">",
+                  Escape(chart.y_label), "</text>\n");
+}
+
+// Vertical dashed lines at the markers inside the x range, labelled.
+void AppendMarkers(const Chart& chart, const Bounds& b, const Scale& sc,
+                   std::string* svg) {
+  for (size_t i = 0; i < chart.markers.size(); ++i) {
+    const ChartMarker& m = chart.markers[i];
+    if (!std::isfinite(m.x) || m.x < b.x0 || m.x > b.x1) continue;
+    const double x = sc.X(m.x);
+    // Labels of markers close together stand on three rows.
+    const double label_y = sc.top + 12 + (i % 3) * 12;
+    // Near the right edge a label reads leftwards, inside the plot.
+    const bool leftwards = x > sc.left + 0.8 * (sc.right - sc.left);
+    absl::StrAppend(svg, "<line x1=\"", Num(x), "\" y1=\"", Num(sc.top),
+                    "\" x2=\"", Num(x), "\" y2=\"", Num(sc.bottom),
+                    "\" stroke=\"#999\" stroke-dasharray=\"2,3\"/>\n",
+                    "<text x=\"", Num(leftwards ? x - 3 : x + 3), "\" y=\"",
+                    Num(label_y), "\"", leftwards ? " text-anchor=\"end\"" : "",
+                    " font-size=\"10\" fill=\"#555\">", Escape(m.label),
+                    "</text>\n");
+  }
+}
+
+// Legend, two entries a row, under the x axis title.
+void AppendLegend(const Chart& chart, std::string* svg) {
+  int entry = 0;
+  auto legend = [&](const std::string& label, const std::string& color,
+                    bool dashed) {
+    const double x = kLeft + (entry % 2) * (chart.width - kLeft - kRight) / 2;
+    const double y = chart.height + (entry / 2) * kLegendRow;
+    absl::StrAppend(svg, "<line x1=\"", Num(x), "\" y1=\"", Num(y - 4),
+                    "\" x2=\"", Num(x + 28), "\" y2=\"", Num(y - 4),
+                    "\" stroke=\"", Escape(color), "\" stroke-width=\"2.5\"",
+                    dashed ? " stroke-dasharray=\"6,4\"" : "", "/>\n",
+                    "<text x=\"", Num(x + 34), "\" y=\"", Num(y), "\">",
+                    Escape(label), "</text>\n");
+    ++entry;
+  };
+  for (const ChartSeries& s : chart.series) legend(s.label, s.color, s.dashed);
+  for (const ChartLevel& l : chart.levels) legend(l.label, l.color, true);
+}
+
 }  // namespace
 
 std::string TickText(double v) {
@@ -122,24 +218,7 @@ std::vector<double> NiceTicks(double lo, double hi, int count) {
 }
 
 std::string RenderSvg(const Chart& chart) {
-  Bounds b;
-  for (const ChartSeries& s : chart.series) {
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      b.Add(s.x[i], s.y[i]);
-    }
-  }
-  for (const ChartLevel& l : chart.levels) {
-    if (std::isfinite(l.y)) b.y1 = std::max(b.y1, l.y);
-  }
-  for (const ChartMarker& m : chart.markers) {
-    if (std::isfinite(m.x)) {
-      b.x0 = std::min(b.x0, m.x);
-      b.x1 = std::max(b.x1, m.x);
-    }
-  }
-  if (!std::isfinite(b.x0)) b.x0 = 0, b.x1 = 1;
-  if (!(b.x1 > b.x0)) b.x1 = b.x0 + 1;
-  if (!std::isfinite(b.y1) || b.y1 <= 0) b.y1 = 1;
+  const Bounds b = ChartBounds(chart);
   // The y axis starts at 0 (memory) and ends on a round tick above the top.
   std::vector<double> yticks = NiceTicks(0, b.y1 * 1.05, 6);
   if (yticks.size() >= 2 && yticks.back() < b.y1 * 1.05) {
@@ -166,51 +245,9 @@ std::string RenderSvg(const Chart& chart) {
     absl::StrAppend(&svg, "<text x=\"", kLeft, "\" y=\"40\" fill=\"#555\">",
                     Escape(chart.subtitle), "</text>\n");
   }
-  // Grid and ticks.
-  for (double t : yticks) {
-    const double y = sc.Y(t);
-    absl::StrAppend(&svg, "<line x1=\"", Num(sc.left), "\" y1=\"", Num(y),
-                    "\" x2=\"", Num(sc.right), "\" y2=\"", Num(y),
-                    "\" stroke=\"#e5e5e5\"/>\n", "<text x=\"", Num(sc.left - 6),
-                    "\" y=\"", Num(y + 4), "\" text-anchor=\"end\">",
-                    TickText(t), "</text>\n");
-  }
-  for (double t : xticks) {
-    const double x = sc.X(t);
-    absl::StrAppend(&svg, "<line x1=\"", Num(x), "\" y1=\"", Num(sc.bottom),
-                    "\" x2=\"", Num(x), "\" y2=\"", Num(sc.bottom + 5),
-                    "\" stroke=\"#333\"/>\n", "<text x=\"", Num(x), "\" y=\"",
-                    Num(sc.bottom + 18), "\" text-anchor=\"middle\">",
-                    TickText(t), "</text>\n");
-  }
-  absl::StrAppend(&svg, "<rect x=\"", Num(sc.left), "\" y=\"", Num(sc.top),
-                  "\" width=\"", Num(sc.right - sc.left), "\" height=\"",
-                  Num(sc.bottom - sc.top),
-                  "\" fill=\"none\" stroke=\"#333\"/>\n");
-  absl::StrAppend(&svg, "<text x=\"", Num((sc.left + sc.right) / 2), "\" y=\"",
-                  Num(sc.bottom + 40), "\" text-anchor=\"middle\">",
-                  Escape(chart.x_label), "</text>\n");
-  absl::StrAppend(&svg, "<text transform=\"translate(18,",
-                  Num((sc.top + sc.bottom) / 2),
-                  ") rotate(-90)\" text-anchor=\"middle\">",
-                  Escape(chart.y_label), "</text>\n");
+  AppendAxes(chart, yticks, xticks, sc, &svg);
   // Markers, levels, then the series on top.
-  for (size_t i = 0; i < chart.markers.size(); ++i) {
-    const ChartMarker& m = chart.markers[i];
-    if (!std::isfinite(m.x) || m.x < b.x0 || m.x > b.x1) continue;
-    const double x = sc.X(m.x);
-    // Labels of markers close together stand on three rows.
-    const double label_y = sc.top + 12 + (i % 3) * 12;
-    // Near the right edge a label reads leftwards, inside the plot.
-    const bool leftwards = x > sc.left + 0.8 * (sc.right - sc.left);
-    absl::StrAppend(&svg, "<line x1=\"", Num(x), "\" y1=\"", Num(sc.top),
-                    "\" x2=\"", Num(x), "\" y2=\"", Num(sc.bottom),
-                    "\" stroke=\"#999\" stroke-dasharray=\"2,3\"/>\n",
-                    "<text x=\"", Num(leftwards ? x - 3 : x + 3), "\" y=\"",
-                    Num(label_y), "\"", leftwards ? " text-anchor=\"end\"" : "",
-                    " font-size=\"10\" fill=\"#555\">", Escape(m.label),
-                    "</text>\n");
-  }
+  AppendMarkers(chart, b, sc, &svg);
   for (const ChartLevel& l : chart.levels) {
     if (!std::isfinite(l.y)) continue;
     const double y = sc.Y(l.y);
@@ -221,22 +258,7 @@ std::string RenderSvg(const Chart& chart) {
   }
   for (const ChartSeries& s : chart.series)
     absl::StrAppend(&svg, Polyline(s, sc));
-  // Legend, two entries a row, under the x axis title.
-  int entry = 0;
-  auto legend = [&](const std::string& label, const std::string& color,
-                    bool dashed) {
-    const double x = kLeft + (entry % 2) * (w - kLeft - kRight) / 2;
-    const double y = chart.height + (entry / 2) * kLegendRow;
-    absl::StrAppend(&svg, "<line x1=\"", Num(x), "\" y1=\"", Num(y - 4),
-                    "\" x2=\"", Num(x + 28), "\" y2=\"", Num(y - 4),
-                    "\" stroke=\"", Escape(color), "\" stroke-width=\"2.5\"",
-                    dashed ? " stroke-dasharray=\"6,4\"" : "", "/>\n",
-                    "<text x=\"", Num(x + 34), "\" y=\"", Num(y), "\">",
-                    Escape(label), "</text>\n");
-    ++entry;
-  };
-  for (const ChartSeries& s : chart.series) legend(s.label, s.color, s.dashed);
-  for (const ChartLevel& l : chart.levels) legend(l.label, l.color, true);
+  AppendLegend(chart, &svg);
   absl::StrAppend(&svg, "</svg>\n");
   return svg;
 }
