@@ -19,6 +19,97 @@ std::string LastDlError() {
   return e != nullptr ? e : "unknown dlerror";
 }
 
+using GetProcAddress = decltype(&::cuGetProcAddress);
+
+// Looks up one entry point in the driver at `path`, asking for the exact ABI
+// version cuda.h's prototype has (see the header). LEGACY_STREAM: stream 0
+// means the legacy default stream, as StreamHandle documents, not the
+// per-thread one. `*slot` is null unless it succeeds.
+absl::Status Resolve(GetProcAddress get_proc, const std::string& path,
+                     const char* name, int abi_version, void** slot) {
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  const CUresult r = get_proc(name, slot, abi_version,
+                              CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+  if (r == CUDA_ERROR_STUB_LIBRARY) {
+    *slot = nullptr;
+    return absl::UnavailableError(
+        absl::StrCat(path,
+                     " is the CUDA toolkit's stub library, not a driver "
+                     "(cuGetProcAddress: CUDA_ERROR_STUB_LIBRARY); ",
+                     kWhatToDo));
+  }
+  if (r != CUDA_SUCCESS) {
+    *slot = nullptr;
+    // cuGetErrorName is not resolved yet: the number has to do.
+    return absl::UnavailableError(absl::StrCat(
+        "cuGetProcAddress(", name, ", ", abi_version, ") on ", path,
+        " failed: CUDA error ", static_cast<int>(r), "; ", kWhatToDo));
+  }
+  if (found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == nullptr) {
+    *slot = nullptr;
+    return absl::UnavailableError(absl::StrCat(
+        "the CUDA driver at ", path, " has no ", name, " with the ABI of CUDA ",
+        CudaVersionString(abi_version), " (cuGetProcAddress query result ",
+        static_cast<int>(found),
+        "); install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
+  }
+  return absl::OkStatus();
+}
+
+// Fills every entry point of `d` from `lib`; optional ones stay null when the
+// driver lacks them.
+absl::Status ResolveEntryPoints(void* lib, CudaDriver* d) {
+  // cuda.h maps cuGetProcAddress to cuGetProcAddress_v2 (CUDA >= 12.0), so
+  // that is the prototype we call it with.
+  auto get_proc =
+      reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (get_proc == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "the CUDA driver at ", d->library_path,
+        " has no cuGetProcAddress_v2: it is older than CUDA 12.0; "
+        "install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
+  }
+#define GMLAKE_RESOLVE(name, abi_version)                                     \
+  if (absl::Status s = Resolve(get_proc, d->library_path, #name, abi_version, \
+                               reinterpret_cast<void**>(&d->name));           \
+      !s.ok()) {                                                              \
+    return s;                                                                 \
+  }
+  GMLAKE_CUDA_DRIVER_ENTRY_POINTS(GMLAKE_RESOLVE)
+#undef GMLAKE_RESOLVE
+#define GMLAKE_RESOLVE_OPTIONAL(name, abi_version)       \
+  Resolve(get_proc, d->library_path, #name, abi_version, \
+          reinterpret_cast<void**>(&d->name))            \
+      .IgnoreError();
+  GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(GMLAKE_RESOLVE_OPTIONAL)
+#undef GMLAKE_RESOLVE_OPTIONAL
+  return absl::OkStatus();
+}
+
+// Checks the driver's version and initialises it.
+absl::Status CheckVersionAndInit(CudaDriver* d) {
+  if (const CUresult r = d->cuDriverGetVersion(&d->version);
+      r != CUDA_SUCCESS) {
+    return CudaCallError(*d, r, "cuDriverGetVersion");
+  }
+  if (d->version < kMinCudaDriverVersion) {
+    return absl::UnavailableError(absl::StrCat(
+        "the CUDA driver at ", d->library_path, " is CUDA ",
+        CudaVersionString(d->version), "; GMLake needs ",
+        CudaVersionString(kMinCudaDriverVersion),
+        " or newer: install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
+  }
+  if (const CUresult r = d->cuInit(0); r != CUDA_SUCCESS) {
+    absl::Status s = CudaCallError(*d, r, "cuInit(0)");
+    // Whatever cuInit says, this process cannot use the GPU: Unavailable, so
+    // the factory falls back to the host backend with this message.
+    return absl::UnavailableError(
+        absl::StrCat(s.message(), " (driver ", CudaVersionString(d->version),
+                     " at ", d->library_path, "); ", kWhatToDo));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CudaDriver> Load() {
   // RTLD_LOCAL: the driver's symbols stay out of the global namespace, so
   // nothing else in the process binds to them by accident.
@@ -34,83 +125,8 @@ absl::StatusOr<CudaDriver> Load() {
       map->l_name != nullptr) {
     d.library_path = map->l_name;
   }
-
-  // cuda.h maps cuGetProcAddress to cuGetProcAddress_v2 (CUDA >= 12.0), so
-  // that is the prototype we call it with.
-  auto get_proc = reinterpret_cast<decltype(&::cuGetProcAddress)>(
-      dlsym(lib, "cuGetProcAddress_v2"));
-  if (get_proc == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "the CUDA driver at ", d.library_path,
-        " has no cuGetProcAddress_v2: it is older than CUDA 12.0; "
-        "install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
-  }
-
-  // One lookup per entry point, asking for the exact ABI version cuda.h's
-  // prototype has (see the header). LEGACY_STREAM: stream 0 means the legacy
-  // default stream, as StreamHandle documents, not the per-thread one.
-  auto resolve = [&](const char* name, int abi_version,
-                     void** slot) -> absl::Status {
-    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    const CUresult r = get_proc(name, slot, abi_version,
-                                CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
-    if (r == CUDA_ERROR_STUB_LIBRARY) {
-      *slot = nullptr;
-      return absl::UnavailableError(
-          absl::StrCat(d.library_path,
-                       " is the CUDA toolkit's stub library, not a driver "
-                       "(cuGetProcAddress: CUDA_ERROR_STUB_LIBRARY); ",
-                       kWhatToDo));
-    }
-    if (r != CUDA_SUCCESS) {
-      *slot = nullptr;
-      // cuGetErrorName is not resolved yet: the number has to do.
-      return absl::UnavailableError(absl::StrCat(
-          "cuGetProcAddress(", name, ", ", abi_version, ") on ", d.library_path,
-          " failed: CUDA error ", static_cast<int>(r), "; ", kWhatToDo));
-    }
-    if (found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == nullptr) {
-      *slot = nullptr;
-      return absl::UnavailableError(absl::StrCat(
-          "the CUDA driver at ", d.library_path, " has no ", name,
-          " with the ABI of CUDA ", CudaVersionString(abi_version),
-          " (cuGetProcAddress query result ", static_cast<int>(found),
-          "); install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
-    }
-    return absl::OkStatus();
-  };
-#define GMLAKE_RESOLVE(name, abi_version)                                 \
-  if (absl::Status s =                                                    \
-          resolve(#name, abi_version, reinterpret_cast<void**>(&d.name)); \
-      !s.ok()) {                                                          \
-    return s;                                                             \
-  }
-  GMLAKE_CUDA_DRIVER_ENTRY_POINTS(GMLAKE_RESOLVE)
-#undef GMLAKE_RESOLVE
-  // Optional ones stay null when the driver lacks them.
-#define GMLAKE_RESOLVE_OPTIONAL(name, abi_version) \
-  resolve(#name, abi_version, reinterpret_cast<void**>(&d.name)).IgnoreError();
-  GMLAKE_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(GMLAKE_RESOLVE_OPTIONAL)
-#undef GMLAKE_RESOLVE_OPTIONAL
-
-  if (const CUresult r = d.cuDriverGetVersion(&d.version); r != CUDA_SUCCESS) {
-    return CudaCallError(d, r, "cuDriverGetVersion");
-  }
-  if (d.version < kMinCudaDriverVersion) {
-    return absl::UnavailableError(absl::StrCat(
-        "the CUDA driver at ", d.library_path, " is CUDA ",
-        CudaVersionString(d.version), "; GMLake needs ",
-        CudaVersionString(kMinCudaDriverVersion),
-        " or newer: install a newer NVIDIA driver or set GMLAKE_BACKEND=host"));
-  }
-  if (const CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {
-    absl::Status s = CudaCallError(d, r, "cuInit(0)");
-    // Whatever cuInit says, this process cannot use the GPU: Unavailable, so
-    // the factory falls back to the host backend with this message.
-    return absl::UnavailableError(
-        absl::StrCat(s.message(), " (driver ", CudaVersionString(d.version),
-                     " at ", d.library_path, "); ", kWhatToDo));
-  }
+  if (absl::Status s = ResolveEntryPoints(lib, &d); !s.ok()) return s;
+  if (absl::Status s = CheckVersionAndInit(&d); !s.ok()) return s;
   return d;
 }
 
