@@ -139,10 +139,8 @@ void GrpcRelay::TakeNew() {
 void GrpcRelay::Loop() {
   constexpr int kEvents = 64;
   epoll_event events[kEvents];
-  std::vector<uint64_t> ready, again;
-  bool stop = false;
-  while (!stop) {
-    bool woke = false;
+  std::vector<uint64_t> ready;
+  for (;;) {
     const int n =
         ::epoll_wait(epoll_.get(), events, kEvents, ready.empty() ? -1 : 0);
     if (n < 0 && errno != EINTR) {
@@ -150,58 +148,71 @@ void GrpcRelay::Loop() {
              std::strerror(errno));
       break;
     }
-    for (int i = 0; i < n; ++i) {
-      const uint64_t key = events[i].data.u64;
-      if (key == kWakeId) {
+    bool woke = false;
+    for (int i = 0; i < n; ++i) woke |= !NoteEvent(events[i], &ready);
+    if (woke) {
+      {
         MutexLock l(&mu_);
-        stop = stopping_;
-        woke = true;
-        continue;
+        if (stopping_) break;
       }
-      auto it = conns_.find(key >> 1);
-      if (it == conns_.end()) continue;
-      Conn* c = it->second.get();
-      const uint32_t e = events[i].events;
-      // Errors and hang-ups are found by the next read or write.
-      const bool in = e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-      const bool out = e & (EPOLLOUT | EPOLLHUP | EPOLLERR);
-      const bool gone = e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-      if (key & 1) {
-        c->grpc_readable |= in;
-        c->grpc_writable |= out;
-        c->grpc_gone |= gone;
-      } else {
-        c->client_readable |= in;
-        c->client_writable |= out;
-        c->client_gone |= gone;
-      }
-      ready.push_back(key >> 1);
+      TakeNew();
     }
-    if (stop) break;
-    if (woke) TakeNew();
-    // Each connection pumped once per wakeup, however many events it had.
-    std::sort(ready.begin(), ready.end());
-    ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
-    again.clear();
-    for (uint64_t id : ready) {
-      auto it = conns_.find(id);
-      if (it == conns_.end()) continue;
-      Conn* c = it->second.get();
-      bool more = false;
-      for (int round = 0; round < kRoundsPerWakeup; ++round) {
-        const uint64_t before = c->moved;
-        if (Pump(c) == Step::kDrop) {
-          Drop(id);
-          c = nullptr;
-          break;
-        }
-        more = c->moved != before;
-        if (!more) break;
-      }
-      if (c != nullptr && more) again.push_back(id);
-    }
-    ready.swap(again);
+    ready = PumpReady(std::move(ready));
   }
+  DropAll();
+}
+
+bool GrpcRelay::NoteEvent(const epoll_event& event,
+                          std::vector<uint64_t>* ready) {
+  const uint64_t key = event.data.u64;
+  if (key == kWakeId) return false;
+  auto it = conns_.find(key >> 1);
+  if (it == conns_.end()) return true;
+  Conn* c = it->second.get();
+  const uint32_t e = event.events;
+  // Errors and hang-ups are found by the next read or write.
+  const bool in = e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+  const bool out = e & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+  const bool gone = e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+  if (key & 1) {
+    c->grpc_readable |= in;
+    c->grpc_writable |= out;
+    c->grpc_gone |= gone;
+  } else {
+    c->client_readable |= in;
+    c->client_writable |= out;
+    c->client_gone |= gone;
+  }
+  ready->push_back(key >> 1);
+  return true;
+}
+
+std::vector<uint64_t> GrpcRelay::PumpReady(std::vector<uint64_t> ready) {
+  // Each connection pumped once per wakeup, however many events it had.
+  std::sort(ready.begin(), ready.end());
+  ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  std::vector<uint64_t> again;
+  for (uint64_t id : ready) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    Conn* c = it->second.get();
+    bool more = false;
+    for (int round = 0; round < kRoundsPerWakeup; ++round) {
+      const uint64_t before = c->moved;
+      if (Pump(c) == Step::kDrop) {
+        Drop(id);
+        c = nullptr;
+        break;
+      }
+      more = c->moved != before;
+      if (!more) break;
+    }
+    if (c != nullptr && more) again.push_back(id);
+  }
+  return again;
+}
+
+void GrpcRelay::DropAll() {
   std::vector<uint64_t> ids;
   for (const auto& [id, c] : conns_) ids.push_back(id);
   for (uint64_t id : ids) Drop(id);

@@ -30,6 +30,8 @@
 #ifndef GMLAKE_DAEMON_GRPC_RELAY_H_
 #define GMLAKE_DAEMON_GRPC_RELAY_H_
 
+#include <sys/epoll.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,6 +99,14 @@ class GrpcRelay {
 
   explicit GrpcRelay(UniqueFd epoll, UniqueFd wake);
   void Loop();
+  // Marks the connection an epoll event is for as ready to read or write
+  // (or gone), and adds it to `ready`; false for the wake-up event.
+  bool NoteEvent(const epoll_event& event, std::vector<uint64_t>* ready);
+  // Pumps each of `ready` (sorted, once each) up to kRoundsPerWakeup times;
+  // returns those with more to move.
+  std::vector<uint64_t> PumpReady(std::vector<uint64_t> ready);
+  // At the end: every connection, and those not yet taken, closed.
+  void DropAll();
   void TakeNew();
   // Moves bytes both ways while the sockets let it; kDrop when the
   // connection is over.
