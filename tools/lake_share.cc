@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "client/allocator.h"
 #include "client/daemon_chunk_source.h"
 #include "client/open_chunk_source.h"
@@ -326,6 +327,57 @@ absl::Status RunPhase(Subprocess* client, v1::Lake::Stub* stub,
   return absl::OkStatus();
 }
 
+// Waits (generously: gmlaked starts in well under a second when the
+// machine is idle, but a busy one may take many times that) until gmlaked
+// at `socket` answers, and returns what it says of the node.
+absl::StatusOr<NodeView> WaitForGmlaked(v1::Lake::Stub* stub,
+                                        const std::string& socket,
+                                        bool progress) {
+  Progress(progress, absl::StrCat("lake: waiting for gmlaked at ", socket));
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!Node(stub).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return Node(stub);
+}
+
+// The plan's rounds: each client busy in turn while the others idle.
+// Records each phase, the node's peak and each process's peak into
+// `result`; stops at the first phase that fails.
+absl::Status RunRounds(const LakeShareConfig& config,
+                       const LakeShareResult& plan,
+                       absl::Span<const std::unique_ptr<Subprocess>> clients,
+                       v1::Lake::Stub* stub, LakeSampler* sampler,
+                       LakeShareResult* result) {
+  const size_t n = clients.size();
+  std::vector<uint64_t> process_peak(n, 0);
+  size_t phase = 0;
+  for (int r = 0; r < config.rounds; ++r) {
+    for (size_t i = 0; i < n; ++i, ++phase) {
+      const std::string& name = result->process_names[i];
+      Progress(config.progress,
+               absl::StrFormat("lake: round %d/%d, %s busy, %d others idle",
+                               r + 1, config.rounds, name, n - 1));
+      LakePhase p;
+      p.round = r;
+      p.client = static_cast<int>(i);
+      p.trace = name;
+      p.floor_bytes = plan.phases[phase].floor_bytes;
+      p.start_seconds = sampler->Seconds();
+      if (absl::Status s =
+              RunPhase(clients[i].get(), stub, result->capacity_bytes, &p);
+          !s.ok()) {
+        return s;
+      }
+      process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
+      result->node_peak_bytes = std::max(result->node_peak_bytes, p.node_bytes);
+      result->phases.push_back(p);
+    }
+  }
+  for (uint64_t p : process_peak) result->sum_of_process_peaks_bytes += p;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
@@ -334,12 +386,12 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<LakeShareResult> plan = PlanLakeShare(config);
   if (!plan.ok()) return plan.status();
-  const size_t n = config.trace_paths.size();
-  std::vector<std::string> names;
-  for (size_t i = 0; i < n; ++i) names.push_back(plan->phases[i].trace);
   LakeShareResult result;
   result.floor_bytes = plan->floor_bytes;
   result.capacity_bytes = plan->capacity_bytes;
+  for (size_t i = 0; i < config.trace_paths.size(); ++i) {
+    result.process_names.push_back(plan->phases[i].trace);
+  }
 
   std::unique_ptr<DaemonProcess> daemon;
   absl::StatusOr<std::string> socket =
@@ -348,50 +400,22 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   auto channel = grpc::CreateChannel("unix:" + *socket,
                                      grpc::InsecureChannelCredentials());
   auto stub = gmlake::v1::Lake::NewStub(channel);
-  Progress(config.progress,
-           absl::StrCat("lake: waiting for gmlaked at ", *socket));
-  // A generous wait: gmlaked starts in well under a second when the
-  // machine is idle, but a busy one may take many times that.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!Node(stub.get()).ok() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  absl::StatusOr<NodeView> start = Node(stub.get());
+  absl::StatusOr<NodeView> start =
+      WaitForGmlaked(stub.get(), *socket, config.progress);
   if (!start.ok()) return start.status();
   // A gmlaked started elsewhere has its own capacity: report that one.
   if (!config.socket.empty()) result.capacity_bytes = start->capacity;
 
   absl::StatusOr<std::vector<std::unique_ptr<Subprocess>>> clients =
-      StartClients(config, *socket, names);
+      StartClients(config, *socket, result.process_names);
   if (!clients.ok()) return clients.status();
-  std::vector<uint64_t> process_peak(n, 0);
-  size_t phase = 0;
-  absl::Status failure;
   std::vector<pid_t> pids;
   for (const auto& c : *clients) pids.push_back(c->pid());
   LakeSampler sampler(stub.get(), pids, config.sample_every);
-  for (int r = 0; r < config.rounds && failure.ok(); ++r) {
-    for (size_t i = 0; i < n && failure.ok(); ++i, ++phase) {
-      Progress(config.progress,
-               absl::StrFormat("lake: round %d/%d, %s busy, %d others idle",
-                               r + 1, config.rounds, names[i], n - 1));
-      LakePhase p;
-      p.round = r;
-      p.client = static_cast<int>(i);
-      p.trace = names[i];
-      p.floor_bytes = plan->phases[phase].floor_bytes;
-      p.start_seconds = sampler.Seconds();
-      failure =
-          RunPhase((*clients)[i].get(), stub.get(), result.capacity_bytes, &p);
-      if (!failure.ok()) break;
-      process_peak[i] = std::max(process_peak[i], p.client_reserved_peak);
-      result.node_peak_bytes = std::max(result.node_peak_bytes, p.node_bytes);
-      result.phases.push_back(p);
-    }
-  }
+  const absl::Status failure =
+      RunRounds(config, *plan, *clients, stub.get(), &sampler, &result);
   sampler.Stop();
   result.timeline = sampler.Take();
-  result.process_names = names;
   for (auto& c : *clients) {
     c->Send("exit").IgnoreError();
     c->Wait(absl::Seconds(30)).IgnoreError();
@@ -399,7 +423,6 @@ absl::StatusOr<LakeShareResult> RunLakeShare(const LakeShareConfig& config) {
   daemon.reset();  // stops gmlaked, removes its sockets
   Progress(config.progress, "");
   if (!failure.ok()) return failure;
-  for (uint64_t p : process_peak) result.sum_of_process_peaks_bytes += p;
   result.node_peak_over_floor =
       static_cast<double>(result.node_peak_bytes) / result.floor_bytes;
   return result;
