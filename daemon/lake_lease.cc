@@ -425,7 +425,8 @@ uint64_t Lake::PressureWantLocked(Session* s, int device, uint64_t short_bytes,
   auto n = h.leased_by_device.find(device);
   const uint64_t held = n == h.leased_by_device.end() ? 0 : n->second.bytes;
   // This lease is part of the deficit.
-  in.peak_deficit_bytes = g.peak - std::min(g.peak, held);
+  in.peak_bytes = g.peak;
+  in.held_bytes = held;
   // Quotas bound what it could still hold (this lease included): no use
   // reclaiming past them.
   const uint64_t session_bytes = h.leased_bytes + h.in_flight_bytes;

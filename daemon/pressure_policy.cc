@@ -5,6 +5,12 @@
 #include <algorithm>
 
 namespace gmlake {
+namespace {
+
+// A want back to the peak adds 1/64 of it (pressure_policy.h).
+constexpr uint64_t kPeakMarginDivisor = 64;
+
+}  // namespace
 
 uint64_t CredibleCache(const PressureCandidate& c) {
   const uint64_t bounded = std::min(c.cached_bytes, c.leased_bytes);
@@ -48,7 +54,9 @@ std::vector<PressureAsk> ChoosePressure(
     wanted -= ask;
     covered += ask;
   }
-  // Then the rest of the want from what they hold, unpromised.
+  // Then the rest of the want from what they hold, unpromised (their
+  // allocators may cache more than they last said, or free more on
+  // request).
   uint64_t remaining = std::max(want_bytes, short_bytes) - covered;
   for (Left& l : order) {
     if (remaining == 0) break;
@@ -69,8 +77,12 @@ std::vector<PressureAsk> ChoosePressure(
 }
 
 uint64_t PressureWant(const PressureNeedInput& in) {
+  // The peak and a margin (see the header): a turn rarely needs exactly
+  // what the last one held.
+  const uint64_t peak = in.peak_bytes + in.peak_bytes / kPeakMarginDivisor;
+  const uint64_t back_to_peak = peak - std::min(peak, in.held_bytes);
   const uint64_t ahead =
-      std::min(std::max(in.growth_bytes, in.peak_deficit_bytes), in.room_bytes);
+      std::min(std::max(in.growth_bytes, back_to_peak), in.room_bytes);
   return std::max(in.short_bytes, ahead);
 }
 

@@ -19,18 +19,26 @@
 // How much: what the asker will need, not one chunk at a time. A lease asks
 // for its shortfall or, if more, the asker's recent growth (bytes leased
 // over a window) or its deficit against its own recent peak (what it held
-// before others took it back): a process taking its turn on a shared GPU
-// gets back its working set in one round. Credible caches are asked first,
-// and only they are promises; the rest of the want is asked of what the
-// sessions hold, unpromised (an asked allocator gives back the free cache
-// it has, never live memory). A cache report is up to a report period old:
-// an idle process that freed its turn's memory after its last report
-// caches more than it says, and a want capped at the report cost a top-up
-// round at every turn switch (lake_share_test: 6-9 rounds in four switches
-// under load, 5-7 since; the 16-trace lake demo, `gmlake-replay --lake
-// --lake_rounds=2`: 100-146 rounds, 87-94 since). Never past the asker's
-// quota; chunks that come back beyond the lease stay free in the lake for
-// its next leases.
+// before others took it back) and 1/64 of that peak: a process taking its
+// turn on a shared GPU gets back its working set in one round. The margin,
+// because a turn rarely needs exactly what the last one held (lease-ahead
+// steps, chunk sizes, a voluntary return that lowered the peak): without
+// it an inference switch of lake_share_test took a top-up round for ~1% of
+// its peak (26 MiB after 2.26 GiB).
+//
+// Credible caches are asked first, and only they are promises; the rest of
+// the want is asked of what the sessions hold, unpromised (an asked
+// allocator gives back the free cache it has, never live memory). A cache
+// report is up to a report period old: an idle process that freed its
+// turn's memory after its last report caches more than it says, and a want
+// capped at the report cost a top-up round at most switches.
+// lake_share_test's four switches under load: 6-9 rounds asking only
+// reported caches beyond the shortfall, 5-7 asking the whole want, 4 with
+// the margin too (24 of 24 runs, twelve at once on two cores). The 16-trace
+// lake demo, whose growth window makes its counts follow the machine's
+// speed, spreads over 65-146 rounds from run to run in all three. Never
+// past the asker's quota; chunks that come back beyond the lease stay free
+// in the lake for its next leases.
 //
 // When to give up: a lease waits while memory is on its way (a request not
 // answered yet, within its patience, or bytes still arriving), asks others
@@ -89,9 +97,8 @@ std::vector<PressureAsk> ChoosePressure(
 struct PressureNeedInput {
   uint64_t short_bytes = 0;   // what the lease lacks now
   uint64_t growth_bytes = 0;  // the asker leased this over the window
-  // Its recent peak on the device minus what it holds there now (before
-  // this lease).
-  uint64_t peak_deficit_bytes = 0;
+  uint64_t peak_bytes = 0;    // the most it held lately on the device
+  uint64_t held_bytes = 0;    // what it holds there now (before this lease)
   // What it may still lease under its quotas, this lease included
   // (UINT64_MAX: no quota).
   uint64_t room_bytes = UINT64_MAX;

@@ -113,11 +113,24 @@ TEST(PressurePolicyTest, TheWholeWantIsAskedCachesFirstAndPromisedOnlyByThem) {
 }
 
 TEST(PressurePolicyTest, WantIsTheShortfallOrTheRecentGrowthWithinQuota) {
-  EXPECT_EQ(PressureWant({10, 0, 0}), 10u);
-  EXPECT_EQ(PressureWant({10, 500, 0}), 500u);         // growth
-  EXPECT_EQ(PressureWant({10, 50, 800}), 800u);        // back to its peak
-  EXPECT_EQ(PressureWant({10, 500, 800, 300}), 300u);  // the quota bounds
-  EXPECT_EQ(PressureWant({10, 500, 800, 4}), 10u);     // never below short
+  // {short, growth, peak, held, room}
+  EXPECT_EQ(PressureWant({10, 0, 0, 0}), 10u);
+  EXPECT_EQ(PressureWant({10, 500, 0, 0}), 500u);             // growth
+  EXPECT_EQ(PressureWant({10, 500, 6400, 6400, 300}), 300u);  // quota bounds
+  EXPECT_EQ(PressureWant({10, 500, 6400, 0, 4}), 10u);  // never below short
+}
+
+// Issue 17: back to its peak in one round. A turn rarely needs exactly what
+// the last one held (lease-ahead steps, chunk sizes, a report of a voluntary
+// return that lowered the peak), and a want of exactly the peak cost a
+// top-up round in most inference switches of lake_share_test: the want is
+// the peak and 1/64 of it, less what the asker holds.
+TEST(PressurePolicyTest, WantIsBackToThePeakWithAMargin) {
+  EXPECT_EQ(PressureWant({10, 50, 6400, 0}), 6500u);
+  EXPECT_EQ(PressureWant({10, 50, 6400, 3200}), 3300u);
+  // At its peak and still short: it grows past it by about the margin.
+  EXPECT_EQ(PressureWant({10, 50, 6400, 6400}), 100u);
+  EXPECT_EQ(PressureWant({10, 50, 6400, 9000}), 50u);  // past peak and margin
 }
 
 TEST(PressurePolicyTest, DebtsAreJudgedByBytesAnswersAndPatience) {
