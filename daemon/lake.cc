@@ -695,6 +695,7 @@ void Lake::FillCountersLocked(absl::Time now, v1::StatusResponse* out) const {
   out->set_leased_chunks_total(leased_chunks_total_);
   out->set_leased_bytes_total(leased_bytes_total_);
   out->set_pressure_asked_bytes(pressure_asked_bytes_);
+  out->set_pressure_promised_bytes(pressure_promised_bytes_);
   out->set_pressure_returned_bytes(pressure_returned_bytes_);
   out->set_pressure_undelivered(pressure_undelivered_);
   out->set_client_made_bytes_total(client_made_bytes_);

@@ -592,6 +592,7 @@ class Lake {
   // Bytes pressure requests asked for, bytes that came back against them,
   // and requests settled with less than their session's report promised.
   uint64_t pressure_asked_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pressure_promised_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_returned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pressure_undelivered_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions with unsettled pressure requests.

@@ -497,6 +497,7 @@ void Lake::SendAsksLocked(const Session& asker, int device,
     ++wait->requests;
     wait->asked_bytes += ask.bytes;
     pressure_asked_bytes_ += ask.bytes;
+    pressure_promised_bytes_ += ask.promised_bytes;
     VLogf("asking %s for %s on device %d (%s of it cached): %s", s->Label(),
           FormatBytes(ask.bytes), device, FormatBytes(ask.promised_bytes),
           reason);

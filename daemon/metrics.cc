@@ -160,6 +160,10 @@ void RenderLeaseCounters(const v1::StatusResponse& st, PrometheusText* t) {
   Counter(t, "gmlake_pressure_asked_bytes_total",
           "Bytes that pressure requests asked sessions to return.",
           st.pressure_asked_bytes());
+  Counter(t, "gmlake_pressure_promised_bytes_total",
+          "Of the bytes asked, those the sessions' cache reports promised "
+          "(the rest was asked of what they hold).",
+          st.pressure_promised_bytes());
   Counter(t, "gmlake_pressure_returned_bytes_total",
           "Bytes that sessions returned against pressure requests.",
           st.pressure_returned_bytes());

@@ -107,8 +107,8 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       "sessions %d; leases served %d, failed %d; pressure requests %d in "
       "%d rounds; chunks zeroed %d; sessions ended %d\n"
       "leased %d chunks (%s) in all, %s of it as capacity for chunks the "
-      "clients made; pressure asked for %s, %s came back, %d requests "
-      "undelivered\n"
+      "clients made; pressure asked for %s (%s of it promised by cache "
+      "reports), %s came back, %d requests undelivered\n"
       "scrub %s; uid quota %s; session quota %s\n\n",
       st.protocol_version(), Age(st.uptime_seconds()), st.backend(),
       st.backend_description(), st.sessions_size() + st.sessions_hidden(),
@@ -117,6 +117,7 @@ std::string PrintStatus(const v1::StatusResponse& st) {
       st.leased_chunks_total(), FormatBytes(st.leased_bytes_total()),
       FormatBytes(st.client_made_bytes_total()),
       FormatBytes(st.pressure_asked_bytes()),
+      FormatBytes(st.pressure_promised_bytes()),
       FormatBytes(st.pressure_returned_bytes()), st.pressure_undelivered(),
       st.scrub_policy(),
       st.uid_quota_bytes() ? FormatBytes(st.uid_quota_bytes()) : "none",

@@ -198,6 +198,7 @@ class ScrapeTest(unittest.TestCase):
                      "gmlake_zeroed_bytes_total",
                      "gmlake_pressure_rounds_total",
                      "gmlake_pressure_asked_bytes_total",
+                     "gmlake_pressure_promised_bytes_total",
                      "gmlake_pressure_returned_bytes_total",
                      "gmlake_leased_chunks_total",
                      "gmlake_released_bytes_total"):
