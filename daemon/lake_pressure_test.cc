@@ -173,39 +173,58 @@ class Client {
   std::thread thread_;
 };
 
+// A trainer and an inference engine taking turns in a lake of 16 chunks,
+// through the Lake itself. Only the peak counts, not the growth over a
+// window of time: the counts do not depend on how fast the machine is.
+class TurnSwitch : public ::testing::Test {
+ protected:
+  static LakeOptions Options() {
+    LakeOptions o = TestLakeOptions(16);
+    o.pressure_growth_window = absl::ZeroDuration();
+    return o;
+  }
+  TurnSwitch()
+      : lake_(Options()),
+        trainer_(&lake_.lake(), lake_.Open(1000, "trainer"), Answer::kHonest),
+        inference_(&lake_.lake(), lake_.Open(1000, "inference"),
+                   Answer::kHonest) {}
+  ~TurnSwitch() override {
+    trainer_.Stop();
+    inference_.Stop();
+  }
+  // Turn 1: the trainer grows to 12 chunks and goes idle, all cached. Turn
+  // 2: inference, new, grows to 12; the trainer gives back 8. (A session's
+  // first turn has no peak to go by: with no growth window either, it asks
+  // for its shortfall each time.) Inference then reports `cached_bytes`
+  // cached. Returns the status after.
+  v1::StatusResponse TwoTurns(uint64_t cached_bytes) {
+    EXPECT_EQ(trainer_.LeaseOneByOne(12), 12);
+    trainer_.ReportAllCached();
+    EXPECT_EQ(inference_.LeaseOneByOne(12), 12);
+    inference_.ReportCached(cached_bytes);
+    const v1::StatusResponse st = lake_.Status();
+    EXPECT_EQ(st.leases_failed(), 0u);
+    EXPECT_EQ(trainer_.held(), 4u);
+    return st;
+  }
+
+  TestLake lake_;
+  Client trainer_;
+  Client inference_;
+};
+
 // Issue 17 §2: with gmlaked's defaults, every lease of a process taking
 // its turn asked again for one chunk (5,960 rounds for 6,827 leases on an
 // H200). A turn switch now asks once for what the process held before its
 // memory was taken back: the lease calls after it find the chunks free.
-TEST(LakePressure, ATurnSwitchCostsOneRoundNotOnePerLease) {
-  LakeOptions o = TestLakeOptions(16);
-  // Only the peak counts here, not the growth over a window of time: the
-  // counts do not depend on how fast the machine is.
-  o.pressure_growth_window = absl::ZeroDuration();
-  TestLake lake(std::move(o));
-  SessionTicket ta = lake.Open(1000, "trainer");
-  SessionTicket tb = lake.Open(1000, "inference");
-  auto a = std::make_unique<Client>(&lake.lake(), ta, Answer::kHonest);
-  auto b = std::make_unique<Client>(&lake.lake(), tb, Answer::kHonest);
-
-  // Turn 1: the trainer grows to 12 chunks and goes idle, all cached.
-  EXPECT_EQ(a->LeaseOneByOne(12), 12);
-  a->ReportAllCached();
-  // Turn 2: inference, new, grows to 12; the trainer gives back 8. (A
-  // session's first turn has no peak to go by: with no growth window
-  // either, it asks for its shortfall each time.)
-  EXPECT_EQ(b->LeaseOneByOne(12), 12);
-  b->ReportAllCached();
-  const v1::StatusResponse before = lake.Status();
-  ASSERT_EQ(before.leases_failed(), 0u);
-  ASSERT_EQ(a->held(), 4u);
-
+TEST_F(TurnSwitch, CostsOneRoundNotOnePerLease) {
+  const v1::StatusResponse before = TwoTurns(12 * kChunk);
   // Turn 3: the trainer takes back its 12, one chunk per lease call: the 8
   // it lacks come back from inference's cache at once. The ask is the 8
   // and 1/64 of the trainer's peak of 12 (PressureWant); what comes back
   // counts up to what was asked.
-  EXPECT_EQ(a->LeaseOneByOne(8), 8);
-  const v1::StatusResponse after = lake.Status();
+  EXPECT_EQ(trainer_.LeaseOneByOne(8), 8);
+  const v1::StatusResponse after = lake_.Status();
   EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
   EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
             8 * kChunk + 12 * kChunk / 64);
@@ -214,32 +233,18 @@ TEST(LakePressure, ATurnSwitchCostsOneRoundNotOnePerLease) {
   EXPECT_EQ(after.leases_failed(), 0u);
   EXPECT_EQ(after.leased_chunks_total(), 32u);
   EXPECT_EQ(after.leased_bytes_total(), 32 * kChunk);
-  a->Stop();
-  b->Stop();
 }
 
 // Issue 17 §2: an idle session's cache report can predate its last frees
 // (a client reports at most every 250 ms). The switch still costs one
 // round: the whole need is asked of what it holds, and only what its report
 // claimed counts as promised (pressure_promised_bytes).
-TEST(LakePressure, AStaleCacheReportStillCostsOneRound) {
-  LakeOptions o = TestLakeOptions(16);
-  o.pressure_growth_window = absl::ZeroDuration();
-  TestLake lake(std::move(o));
-  SessionTicket ta = lake.Open(1000, "trainer");
-  SessionTicket tb = lake.Open(1000, "inference");
-  auto a = std::make_unique<Client>(&lake.lake(), ta, Answer::kHonest);
-  auto b = std::make_unique<Client>(&lake.lake(), tb, Answer::kHonest);
-  EXPECT_EQ(a->LeaseOneByOne(12), 12);
-  a->ReportAllCached();
-  EXPECT_EQ(b->LeaseOneByOne(12), 12);
-  // Its last report, from before it freed most of its turn's memory.
-  b->ReportCached(2 * kChunk);
-  const v1::StatusResponse before = lake.Status();
-  ASSERT_EQ(a->held(), 4u);
-
-  EXPECT_EQ(a->LeaseOneByOne(8), 8);
-  const v1::StatusResponse after = lake.Status();
+TEST_F(TurnSwitch, AStaleCacheReportStillCostsOneRound) {
+  // Inference's last report, from before it freed most of its turn's
+  // memory.
+  const v1::StatusResponse before = TwoTurns(2 * kChunk);
+  EXPECT_EQ(trainer_.LeaseOneByOne(8), 8);
+  const v1::StatusResponse after = lake_.Status();
   EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
   EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
             8 * kChunk + 12 * kChunk / 64);
@@ -250,8 +255,6 @@ TEST(LakePressure, AStaleCacheReportStillCostsOneRound) {
   // It gave more than it promised: nothing counts against it.
   EXPECT_EQ(after.pressure_undelivered(), before.pressure_undelivered());
   EXPECT_EQ(after.leases_failed(), 0u);
-  a->Stop();
-  b->Stop();
 }
 
 // Issue 17 §2: a lease waits while the memory it asked for keeps coming,
