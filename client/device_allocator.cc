@@ -944,16 +944,14 @@ std::optional<DeviceAllocator::Plan> DeviceAllocator::FindRoom(Pool* pool,
   }
   std::vector<GapView> gaps;
   std::vector<Plan> owners;
-  for (auto& a : large_arenas_) {
-    AddGaps(a.get(), pool, &gaps, &owners);
-    if (std::optional<Placement> p = ChoosePlacement(gaps, size, page_size_)) {
-      Plan plan = owners[p->gap];
-      plan.first_page = p->first_page;
-      plan.pages = p->pages;
-      return plan;
-    }
-  }
-  return std::nullopt;
+  for (auto& a : large_arenas_) AddGaps(a.get(), pool, &gaps, &owners);
+  // The best gap of every arena, not the first arena's that fits.
+  std::optional<Placement> p = ChoosePlacement(gaps, size, page_size_);
+  if (!p.has_value()) return std::nullopt;
+  Plan plan = owners[p->gap];
+  plan.first_page = p->first_page;
+  plan.pages = p->pages;
+  return plan;
 }
 
 void DeviceAllocator::AddGaps(Arena* a, Pool* pool, std::vector<GapView>* gaps,

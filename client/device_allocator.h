@@ -516,11 +516,6 @@ class DeviceAllocator {
   // `first` or after `end`.
   size_t RoomBeside(const Arena* a, size_t first, size_t end, size_t limit,
                     bool before) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Covers the last `rest` pages of `plan` with one chunk larger than them
-  // (client/chunk_cover.h): a cached one (appended to `chunks`), else, with
-  // `steal`, a whole free chunk of a free block (into `stolen`). The plan
-  // grows by its extra pages where the arena has room, and its in-flight
-  // mark with it.
   // The chunk CoverRest takes for the last `rest` pages of `plan`, up to
   // `max_pages` pages: a cached one (`cached`, its index), else with
   // `steal` a whole free chunk of a free block (`block`, at `first_page`)
@@ -533,6 +528,11 @@ class DeviceAllocator {
   };
   CoverChoice ChooseCover(const Plan& plan, size_t rest, size_t max_pages,
                           bool steal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Covers the last `rest` pages of `plan` with one chunk larger than them
+  // (client/chunk_cover.h): a cached one (appended to `chunks`), else, with
+  // `steal`, a whole free chunk of a free block (into `stolen`). The plan
+  // grows by its extra pages where the arena has room, and its in-flight
+  // mark with it.
   Cover CoverRest(Plan* plan, size_t rest, bool steal,
                   std::vector<SizedChunk>* chunks,
                   std::vector<Detached>* stolen,
