@@ -21,6 +21,7 @@
 // Exit codes: 0 done (health: serving), 1 gmlaked unreachable, refused or
 // (health) not serving, 2 bad usage.
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -211,6 +212,68 @@ int Health(const std::shared_ptr<grpc::Channel>& channel,
   return serving ? 0 : 1;
 }
 
+// `status` and `clients`: one Status call, printed as a table or JSON.
+int StatusOrClients(v1::Lake::Stub* stub, const std::string& socket,
+                    const std::string& command,
+                    std::chrono::system_clock::time_point deadline, bool json) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  v1::StatusResponse st;
+  absl::Status s = FromGrpc(stub->Status(&ctx, v1::StatusRequest(), &st));
+  if (!s.ok()) {
+    return Fail(socket,
+                absl::Status(s.code(), absl::StrCat(s.message(),
+                                                    " (is gmlaked running?)")));
+  }
+  if (!json) {
+    std::fputs(
+        (command == "status" ? PrintStatus(st) : PrintClients(st)).c_str(),
+        stdout);
+  } else if (command == "clients") {
+    nlohmann::ordered_json sessions = nlohmann::ordered_json::array();
+    for (const v1::SessionStatus& s : st.sessions()) {
+      sessions.push_back(ProtoToJson(s));
+    }
+    nlohmann::ordered_json out;
+    out["sessions"] = std::move(sessions);
+    std::fputs((out.dump(2) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(ProtoToJsonText(st).c_str(), stdout);
+  }
+  return 0;
+}
+
+// `trim`: gmlaked releases up to --bytes of its free chunks to the driver.
+int Trim(v1::Lake::Stub* stub, const std::string& socket,
+         std::chrono::system_clock::time_point deadline, bool json) {
+  absl::StatusOr<uint64_t> bytes = ParseBytes(absl::GetFlag(FLAGS_bytes));
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "gmlakectl: --bytes: %s\n",
+                 std::string(bytes.status().message()).c_str());
+    return 2;
+  }
+  v1::TrimRequest req;
+  req.set_device(absl::GetFlag(FLAGS_device));
+  req.set_bytes(*bytes);
+  v1::TrimResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  absl::Status s = FromGrpc(stub->Trim(&ctx, req, &resp));
+  if (absl::IsPermissionDenied(s)) {
+    return Fail(socket, absl::PermissionDeniedError(
+                            absl::StrCat("refused to trim: ", s.message())));
+  }
+  if (!s.ok()) return Fail(socket, s);
+  if (json) {
+    std::fputs(ProtoToJsonText(resp).c_str(), stdout);
+  } else {
+    std::printf("released %s (%llu chunks) to the driver\n",
+                FormatBytes(resp.released_bytes()).c_str(),
+                static_cast<unsigned long long>(resp.released_chunks()));
+  }
+  return 0;
+}
+
 int Main(const std::string& command) {
   const std::string socket = absl::GetFlag(FLAGS_socket);
   auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
@@ -220,62 +283,9 @@ int Main(const std::string& command) {
       absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_timeout));
   const bool json = absl::GetFlag(FLAGS_json);
   if (command == "status" || command == "clients") {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(deadline);
-    v1::StatusResponse st;
-    absl::Status s = FromGrpc(stub->Status(&ctx, v1::StatusRequest(), &st));
-    if (!s.ok()) {
-      return Fail(socket, absl::Status(s.code(),
-                                       absl::StrCat(s.message(),
-                                                    " (is gmlaked running?)")));
-    }
-    if (json) {
-      if (command == "clients") {
-        nlohmann::ordered_json sessions = nlohmann::ordered_json::array();
-        for (const v1::SessionStatus& s : st.sessions()) {
-          sessions.push_back(ProtoToJson(s));
-        }
-        nlohmann::ordered_json out;
-        out["sessions"] = std::move(sessions);
-        std::fputs((out.dump(2) + "\n").c_str(), stdout);
-      } else {
-        std::fputs(ProtoToJsonText(st).c_str(), stdout);
-      }
-    } else {
-      std::fputs(
-          (command == "status" ? PrintStatus(st) : PrintClients(st)).c_str(),
-          stdout);
-    }
-    return 0;
+    return StatusOrClients(stub.get(), socket, command, deadline, json);
   }
-  if (command == "trim") {
-    absl::StatusOr<uint64_t> bytes = ParseBytes(absl::GetFlag(FLAGS_bytes));
-    if (!bytes.ok()) {
-      std::fprintf(stderr, "gmlakectl: --bytes: %s\n",
-                   std::string(bytes.status().message()).c_str());
-      return 2;
-    }
-    v1::TrimRequest req;
-    req.set_device(absl::GetFlag(FLAGS_device));
-    req.set_bytes(*bytes);
-    v1::TrimResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(deadline);
-    absl::Status s = FromGrpc(stub->Trim(&ctx, req, &resp));
-    if (absl::IsPermissionDenied(s)) {
-      return Fail(socket, absl::PermissionDeniedError(
-                              absl::StrCat("refused to trim: ", s.message())));
-    }
-    if (!s.ok()) return Fail(socket, s);
-    if (json) {
-      std::fputs(ProtoToJsonText(resp).c_str(), stdout);
-    } else {
-      std::printf("released %s (%llu chunks) to the driver\n",
-                  FormatBytes(resp.released_bytes()).c_str(),
-                  static_cast<unsigned long long>(resp.released_chunks()));
-    }
-    return 0;
-  }
+  if (command == "trim") return Trim(stub.get(), socket, deadline, json);
   if (command == "health") return Health(channel, deadline, json);
   std::fprintf(stderr, "gmlakectl: unknown command '%s'\n%s\n", command.c_str(),
                kUsage);
