@@ -166,6 +166,9 @@ class CudaBackend final : public VmmBackend {
   // For a range of no device in particular: the lowest device whose context
   // exists already, else 0.
   int DeviceInUse() const;
+  // Device `ordinal`'s name, UUID and size, and whether it has what GMLake
+  // needs (VMM and POSIX descriptor handles): an error that says so if not.
+  absl::Status DescribeDevice(int ordinal, Device* dev) const;
   // cuMemGetAllocationGranularity for `dev`, without leaving a context.
   absl::Status QueryGranularity(int ordinal, Device* dev);
 
@@ -221,55 +224,61 @@ absl::Status CudaBackend::Init() {
   for (int i = 0; i < count; ++i) contexts_[i] = nullptr;
   for (int i = 0; i < count; ++i) {
     Device dev;
-    if (CUresult r = d.cuDeviceGet(&dev.device, i); r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceGet(", i, ")"));
-    }
-    char name[256] = {};
-    if (CUresult r = d.cuDeviceGetName(name, sizeof(name) - 1, dev.device);
-        r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceGetName(device=", i, ")"));
-    }
-    dev.name = name;
-    CUuuid uuid = {};
-    if (CUresult r = d.cuDeviceGetUuid(&uuid, dev.device); r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceGetUuid(device=", i, ")"));
-    }
-    dev.uuid = GpuUuidString(uuid);
-    if (CUresult r = d.cuDeviceTotalMem(&dev.total_bytes, dev.device);
-        r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceTotalMem(device=", i, ")"));
-    }
-    int vmm = 0;
-    int posix_fd = 0;
-    if (CUresult r = d.cuDeviceGetAttribute(
-            &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-            dev.device);
-        r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceGetAttribute(VIRTUAL_MEMORY_"
-                                   "MANAGEMENT_SUPPORTED, device=",
-                                   i, ")"));
-    }
-    if (CUresult r = d.cuDeviceGetAttribute(
-            &posix_fd,
-            CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-            dev.device);
-        r != CUDA_SUCCESS) {
-      return Error(r, absl::StrCat("cuDeviceGetAttribute(HANDLE_TYPE_POSIX_"
-                                   "FILE_DESCRIPTOR_SUPPORTED, device=",
-                                   i, ")"));
-    }
-    if (!vmm || !posix_fd) {
-      return absl::UnavailableError(absl::StrCat(
-          "CUDA device ", i, " (", dev.name, ") does not support ",
-          !vmm ? "virtual memory management" : "POSIX file-descriptor handles",
-          ", which GMLake needs; set GMLAKE_BACKEND=host to run without it"));
-    }
+    if (absl::Status s = DescribeDevice(i, &dev); !s.ok()) return s;
     if (absl::Status s = QueryGranularity(i, &dev); !s.ok()) return s;
     max_granularity_ = std::max(max_granularity_, dev.granularity);
     min_granularity_ = min_granularity_ == 0
                            ? dev.granularity
                            : std::min(min_granularity_, dev.granularity);
     devices_.push_back(std::move(dev));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DescribeDevice(int ordinal, Device* dev) const {
+  const CudaDriver& d = driver_;
+  if (CUresult r = d.cuDeviceGet(&dev->device, ordinal); r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceGet(", ordinal, ")"));
+  }
+  char name[256] = {};
+  if (CUresult r = d.cuDeviceGetName(name, sizeof(name) - 1, dev->device);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceGetName(device=", ordinal, ")"));
+  }
+  dev->name = name;
+  CUuuid uuid = {};
+  if (CUresult r = d.cuDeviceGetUuid(&uuid, dev->device); r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceGetUuid(device=", ordinal, ")"));
+  }
+  dev->uuid = GpuUuidString(uuid);
+  if (CUresult r = d.cuDeviceTotalMem(&dev->total_bytes, dev->device);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceTotalMem(device=", ordinal, ")"));
+  }
+  int vmm = 0;
+  int posix_fd = 0;
+  if (CUresult r = d.cuDeviceGetAttribute(
+          &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+          dev->device);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceGetAttribute(VIRTUAL_MEMORY_"
+                                 "MANAGEMENT_SUPPORTED, device=",
+                                 ordinal, ")"));
+  }
+  if (CUresult r = d.cuDeviceGetAttribute(
+          &posix_fd,
+          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+          dev->device);
+      r != CUDA_SUCCESS) {
+    return Error(r, absl::StrCat("cuDeviceGetAttribute(HANDLE_TYPE_POSIX_"
+                                 "FILE_DESCRIPTOR_SUPPORTED, device=",
+                                 ordinal, ")"));
+  }
+  if (!vmm || !posix_fd) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA device ", ordinal, " (", dev->name, ") does not support ",
+        !vmm ? "virtual memory management" : "POSIX file-descriptor handles",
+        ", which GMLake needs; set GMLAKE_BACKEND=host to run without it"));
   }
   return absl::OkStatus();
 }
