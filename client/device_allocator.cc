@@ -1090,13 +1090,16 @@ DeviceAllocator::Gathering DeviceAllocator::GatherChunks(Pool* pool, Plan* plan,
   Gathering g;
   g.chunks = TakeCached(plan->pages, /*at_least=*/false);
   size_t have = PagesOf(g.chunks, page_size_);
-  const uint64_t allocated_peak = std::max<uint64_t>(
-      most_allocated_, stats_.allocated_bytes.current + size);
-  g.grow =
-      !lake_refused &&
-      GrowRatherThanStitch(static_cast<uint64_t>(stats_.reserved_bytes.current),
-                           uint64_t{plan->pages - have} * page_size_,
-                           allocated_peak, options_.grow_slack);
+  const uint64_t allocated_after =
+      static_cast<uint64_t>(stats_.allocated_bytes.current) + size;
+  const uint64_t allocated_peak =
+      std::max<uint64_t>(most_allocated_, allocated_after);
+  g.grow = !lake_refused &&
+           GrowRatherThanStitch(
+               static_cast<uint64_t>(stats_.reserved_bytes.current),
+               uint64_t{plan->pages - have} * page_size_, allocated_peak,
+               GrowSlackFor(size, allocated_after > most_allocated_,
+                            options_.grow_slack, options_.grow_slack_large));
   const bool steal = options_.stitch && !g.grow && !capture;
   // A free block growing by a page: a cover first (CoverBeforeStealing).
   if (have < plan->pages && steal &&

@@ -103,6 +103,7 @@ const std::map<std::string, Setter>& Setters() {
       {"small_size", Bytes(&AllocatorOptions::small_size)},
       {"stitch", Bool(&AllocatorOptions::stitch)},
       {"grow_slack", Fraction(&AllocatorOptions::grow_slack)},
+      {"grow_slack_large", Fraction(&AllocatorOptions::grow_slack_large)},
       {"grow_reach", Fraction(&AllocatorOptions::grow_reach)},
       {"cover_tail", Bytes(&AllocatorOptions::cover_tail)},
       {"cover_after", Fraction(&AllocatorOptions::cover_after)},

@@ -70,6 +70,12 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
          budget;
 }
 
+double GrowSlackFor(uint64_t size, bool raises_peak, double slack,
+                    double slack_large) {
+  constexpr uint64_t kLarge = uint64_t{64} << 20;
+  return size >= kLarge && raises_peak && slack_large > 0 ? slack_large : slack;
+}
+
 bool GrowInPlace(uint64_t block_size, uint64_t size, double reach) {
   constexpr uint64_t kLarge = uint64_t{64} << 20;
   constexpr double kSmallReach = 1.0 / 16;

@@ -95,6 +95,17 @@ TEST(GrowRatherThanStitchTest, GrowsWhileWithinTheSlack) {
   EXPECT_TRUE(GrowRatherThanStitch(0, 2 << 20, 2 << 20, 0.005));
 }
 
+TEST(GrowSlackForTest, TheLargeSlackOnlyForALargeRequestRaisingThePeak) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, true, 0.005, 0.0075), 0.0075);
+  EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, false, 0.005, 0.0075), 0.005)
+      << "the peak does not rise";
+  EXPECT_DOUBLE_EQ(GrowSlackFor(63 * kMiB, true, 0.005, 0.0075), 0.005)
+      << "not large";
+  EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, true, 0.005, 0), 0.005)
+      << "0: grow_slack";
+}
+
 TEST(GrowInPlaceTest, OnlyABlockShortByAtMostTheReach) {
   const uint64_t mib = 1 << 20;
   EXPECT_TRUE(GrowInPlace(1000 * mib, 1001 * mib, 0.0625));
