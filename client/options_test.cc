@@ -53,11 +53,12 @@ TEST(OptionsTest, GrowSlackIsAFraction) {
   }
 }
 
-TEST(OptionsTest, GrowSlackLargeIsAFractionOffByDefault) {
-  auto o = ParseConf("grow_slack_large:0.0075");
+TEST(OptionsTest, GrowSlackLargeIsAFraction) {
+  auto o = ParseConf("grow_slack_large:0.01");
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_DOUBLE_EQ(o->grow_slack_large, 0.0075);
-  EXPECT_DOUBLE_EQ(ParseConf("")->grow_slack_large, 0);
+  EXPECT_DOUBLE_EQ(o->grow_slack_large, 0.01);
+  EXPECT_DOUBLE_EQ(ParseConf("")->grow_slack_large, 0.0075);
+  EXPECT_DOUBLE_EQ(ParseConf("grow_slack_large:0")->grow_slack_large, 0);
   EXPECT_FALSE(ParseConf("grow_slack_large:1.5").ok());
 }
 

@@ -139,13 +139,17 @@ constexpr Case kCases[] = {
     // 17,528, colocate_infer 26,672 -> 24,816, llama7b_full_ckpt 19,045 ->
     // 19,005, the recorded decode below 83,042 -> 67,098;
     // llama3b_infer_large 25,308 -> 26,049.
-    {"colocate_train", true, 17528},
+    // A larger grow slack for large requests that raise the allocated peak
+    // (grow_slack_large:0.0075, docs/design.md "A larger slack while the
+    // peak rises"): colocate_train 17,528 -> 17,271, the recorded decode
+    // 67,098 -> 51,451; colocate_infer and llama3b_infer_large unchanged.
+    {"colocate_train", true, 17271},
     {"colocate_infer", false, 24816},
     // The pair's long decode (320 new tokens at batch 48), recorded on an
     // H100 (2026-12-07). A KV tensor hemmed in by the next mapping is
     // stitched anew (docs/design.md, "Room to grow"): 4,397 stitches. The
     // stretched colocate_infer that stood in for it made 53,453 calls.
-    {"colocate_infer_long", false, 67098},
+    {"colocate_infer_long", false, 51451},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shipped, TraceTargetsTest, ::testing::ValuesIn(kCases),
