@@ -9,6 +9,11 @@
 namespace gmlake {
 namespace {
 
+// A large request: one that grows in place with the wide reach
+// (GrowInPlace) and takes the larger slack while the peak rises
+// (GrowSlackFor), as a KV cache's tensors (100-200 chunks each) do.
+constexpr uint64_t kLarge = uint64_t{64} << 20;
+
 size_t PagesFor(size_t bytes, size_t page_size) {
   return (bytes + page_size - 1) / page_size;
 }
@@ -72,12 +77,10 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
 
 double GrowSlackFor(uint64_t size, bool raises_peak, double slack,
                     double slack_large) {
-  constexpr uint64_t kLarge = uint64_t{64} << 20;
   return size >= kLarge && raises_peak && slack_large > 0 ? slack_large : slack;
 }
 
 bool GrowInPlace(uint64_t block_size, uint64_t size, double reach) {
-  constexpr uint64_t kLarge = uint64_t{64} << 20;
   constexpr double kSmallReach = 1.0 / 16;
   if (size < kLarge) reach = std::min(reach, kSmallReach);
   if (reach <= 0 || block_size >= size) return false;
