@@ -84,7 +84,8 @@ struct AllocatorOptions {
   // instead of 67,098 on the accounting backend), reserving 1.0073 x live;
   // the other 15 traces as many calls or fewer, 10 of them exactly as
   // before (client/stitch_policy.h, GrowSlackFor; docs/design.md, "A
-  // larger slack while the peak rises"). 0: the same as grow_slack.
+  // larger slack while the peak rises"). Never less than grow_slack,
+  // and 0 when grow_slack is 0 (stitch whenever free chunks exist).
   double grow_slack_large = 0.0075;
   // grow_reach: a request no free block fits grows a free block in place
   // when that block is short of it by at most this share of the request,

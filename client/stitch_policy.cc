@@ -77,7 +77,9 @@ bool GrowRatherThanStitch(uint64_t reserved, uint64_t grow_bytes,
 
 double GrowSlackFor(uint64_t size, bool raises_peak, double slack,
                     double slack_large) {
-  return size >= kLarge && raises_peak && slack_large > 0 ? slack_large : slack;
+  // grow_slack:0 means stitch whenever free chunks exist, for every size.
+  if (slack <= 0 || size < kLarge || !raises_peak) return slack;
+  return std::max(slack, slack_large);
 }
 
 bool GrowInPlace(uint64_t block_size, uint64_t size, double reach) {

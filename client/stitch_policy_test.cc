@@ -104,6 +104,10 @@ TEST(GrowSlackForTest, TheLargeSlackOnlyForALargeRequestRaisingThePeak) {
       << "not large";
   EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, true, 0.005, 0), 0.005)
       << "0: grow_slack";
+  EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, true, 0.01, 0.0075), 0.01)
+      << "never less than grow_slack";
+  EXPECT_DOUBLE_EQ(GrowSlackFor(64 * kMiB, true, 0, 0.0075), 0)
+      << "grow_slack:0 stitches whenever free chunks exist";
 }
 
 TEST(GrowInPlaceTest, OnlyABlockShortByAtMostTheReach) {
