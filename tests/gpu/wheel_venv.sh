@@ -39,8 +39,12 @@ echo "venv ${VENV}: $("${PY}" -c 'import gmlake, torch; print("gmlake", gmlake._
 # start_gmlaked DIR LOG: a gmlaked with its defaults, its sockets in DIR
 # (DIR/gmlaked.sock, DIR/fd.sock), its output in LOG; returns once its
 # control socket is there (10 s at most). GMLAKED_PID is its pid.
+# GMLAKED_LOG_FLAGS: flags that only change what it logs (--verbose: every
+# lease and pressure request, to read a run's rounds per turn switch).
 start_gmlaked() {
-  "${GMLAKE_BIN}/gmlaked" --socket="$1/gmlaked.sock" --fd_socket="$1/fd.sock" > "$2" 2>&1 &
+  # shellcheck disable=SC2086  # word-split on purpose: several flags
+  "${GMLAKE_BIN}/gmlaked" --socket="$1/gmlaked.sock" --fd_socket="$1/fd.sock" \
+    ${GMLAKED_LOG_FLAGS:-} > "$2" 2>&1 &
   GMLAKED_PID=$!
   for _ in $(seq 1 100); do [[ -S "$1/gmlaked.sock" ]] && break; sleep 0.1; done
 }
