@@ -15,6 +15,8 @@
 #   STATS=1: the allocator's counters at every turn switch of each run
 #   (GMLake's, or native PyTorch's cudaMalloc/cudaFree calls and retries), in
 #   OUT/turnstats_SETTING_REP.jsonl (tests/gpu/turn_stats_table.py)
+#   GMLAKED_LOG_FLAGS=--verbose: gmlaked logs each lease and pressure
+#   request, with its size and whom it is for (OUT/gmlaked_SETTING_REP.log)
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
 mkdir -p "${OUT}"
