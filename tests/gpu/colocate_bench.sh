@@ -16,7 +16,8 @@
 #   (GMLake's, or native PyTorch's cudaMalloc/cudaFree calls and retries), in
 #   OUT/turnstats_SETTING_REP.jsonl (tests/gpu/turn_stats_table.py)
 #   GMLAKED_LOG_FLAGS=--verbose: gmlaked logs each lease and pressure
-#   request, with its size and whom it is for (OUT/gmlaked_SETTING_REP.log)
+#   request, with its size and whom it is for (OUT/gmlaked_SETTING_REP.log;
+#   by turn: tests/gpu/pressure_requests.py OUT)
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
 mkdir -p "${OUT}"
