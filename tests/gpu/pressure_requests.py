@@ -15,12 +15,14 @@ import os
 import re
 import sys
 
+from turn_stats_table import busy_in
+
 # daemon/lake_lease.cc, SendAsksLocked: "asking <session> for <bytes> on
 # device <d> (<bytes> of it cached): <asker> needs <bytes> on device <d>".
 ASK = re.compile(
     r"^(\S+ \S+) gmlaked: asking session \d+ \(pid (\d+)[^)]*\) for "
-    r"([\d.]+) (B|KiB|MiB|GiB|TiB) on device (\d+) \(([\d.]+) "
-    r"(B|KiB|MiB|GiB|TiB) of it cached\): session \d+ \(pid (\d+)")
+    r"([\d.]+) (B|KiB|MiB|GiB|TiB) on device \d+ \([^)]* of it cached\): "
+    r"session \d+ \(pid (\d+)")
 UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
@@ -39,9 +41,7 @@ def requests_of(log_path):
             continue
         out.append(dict(t=log_time(m.group(1)), asked_pid=int(m.group(2)),
                         gib=float(m.group(3)) * UNIT[m.group(4)] / 2**30,
-                        device=int(m.group(5)),
-                        promised_gib=float(m.group(6)) * UNIT[m.group(7)] / 2**30,
-                        asker_pid=int(m.group(8))))
+                        asker_pid=int(m.group(5))))
     return out
 
 
@@ -50,12 +50,11 @@ def phase_at(marks, role, t):
     N" while busy (its turn, or its last ones after the other's done-),
     "idle after N" or "start" otherwise (tests/gpu/turn_stats_table.py's
     phases)."""
-    other = "infer" if role == "train" else "train"
     turn, busy = 0, False
     for mt, name in marks:
         if mt > t:
             break
-        now_busy = name in (role, "done-" + other)
+        now_busy = busy_in(name, role)
         if now_busy and not busy:
             turn += 1
         busy = now_busy

@@ -35,6 +35,13 @@ KEYS = [
 ]
 
 
+def busy_in(turn, role):
+    """Whether `role` works while the pair's turn mark reads `turn`: its own
+    turn, or its last turns after the other role's "done-OTHER"."""
+    other = "infer" if role == "train" else "train"
+    return turn in (role, "done-" + other)
+
+
 def rows_of(path):
     lines = [json.loads(l) for l in open(path) if l.strip()]
     run = os.path.basename(path).replace("turnstats_", "").replace(".jsonl", "")
@@ -48,9 +55,7 @@ def rows_of(path):
             # No counters yet: CUDA not started, so all of them are zero.
             if "error" in a["stats"] or "error" in b["stats"]:
                 continue
-            # A role's last turns come after the other's last: "done-OTHER".
-            other = "infer" if role == "train" else "train"
-            busy = a["turn"] in (role, "done-" + other)
+            busy = busy_in(a["turn"], role)
             if busy and not was_busy:
                 turn += 1
             phase = f"turn {turn}" if busy else (
@@ -73,7 +78,7 @@ def rows_of(path):
             # Whether the line that closed this row handed the turn on: a
             # cut run's last turn has none (its counters end at the kill or
             # at the other role's exit mark).
-            rows[-1]["ended"] = b["turn"] not in (role, "done-" + other)
+            rows[-1]["ended"] = not busy_in(b["turn"], role)
             was_busy = busy
         out += rows
     return out
