@@ -537,9 +537,14 @@ void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
       gone -= take;
       if (gone == 0) break;
     }
-    // Given back of its own accord: it does not need its old peak.
-    if (!owed && s->pressure_outstanding == 0)
-      s->growth[device].peak = now_held;
+    // Given back of its own accord: it needs that much less of its old
+    // peak. Not down to what it holds: after a reclaim, what others took
+    // back is still its working set (a trainer returning chunks it leased
+    // ahead, between two turns, asked for its next turn in two rounds).
+    if (!owed && s->pressure_outstanding == 0) {
+      uint64_t& peak = s->growth[device].peak;
+      peak -= std::min(peak, gone);
+    }
   }
 }
 

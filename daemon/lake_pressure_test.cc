@@ -69,6 +69,9 @@ class Client {
     EXPECT_TRUE(lake_->ReportUsage(t_.id, t_.token, {u}).ok());
   }
   void ReportAllCached() { ReportCached(held() * kChunk); }
+  // Returns `n` of its chunks of its own accord (as DaemonChunkSource does
+  // with chunks it leased ahead and did not use); returns how many.
+  size_t ReturnOwn(uint64_t n) { return GiveBack(n); }
   size_t held() {
     MutexLock l(&mu_);
     return ids_.size();
@@ -255,6 +258,37 @@ TEST_F(TurnSwitch, AStaleCacheReportStillCostsOneRound) {
   // It gave more than it promised: nothing counts against it.
   EXPECT_EQ(after.pressure_undelivered(), before.pressure_undelivered());
   EXPECT_EQ(after.leases_failed(), 0u);
+}
+
+// Issue 17 §2: a trainer took back its turn's memory in two rounds (5.3
+// then 10.7 GiB on an H100) where one would do. Once its debt to inference
+// was settled, a return of its own (DaemonChunkSource gives back chunks it
+// leased ahead and did not use) set its peak to what it held then, most of
+// its working set being with inference, so its next ask was its growth over
+// a window. A return of its own lowers the peak by what it returned, not
+// down to what is left.
+TEST_F(TurnSwitch, AReturnOfItsOwnAfterAReclaimLowersThePeakByItsSize) {
+  TwoTurns(12 * kChunk);
+  // A third session, short by one chunk, settles the debts (the trainer's
+  // for its 8 chunks is delivered) and takes one chunk of inference's.
+  Client other(&lake_.lake(), lake_.Open(1000, "other"), Answer::kHonest);
+  ASSERT_EQ(inference_.ReturnOwn(1), 1u);
+  inference_.ReportAllCached();
+  EXPECT_EQ(other.LeaseOneByOne(2), 2);
+  trainer_.ReportAllCached();
+  // One chunk goes back of the trainer's own accord: its working set is 11.
+  ASSERT_EQ(trainer_.ReturnOwn(1), 1u);
+  trainer_.ReportAllCached();
+  const v1::StatusResponse before = lake_.Status();
+  // Turn 3: the trainer, holding 3, takes back 8: one free, 7 to come back.
+  EXPECT_EQ(trainer_.LeaseOneByOne(8), 8);
+  const v1::StatusResponse after = lake_.Status();
+  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
+  // Back to 11 and 1/64 of it, less the 4 it held when it was short.
+  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
+            7 * kChunk + 11 * kChunk / 64);
+  EXPECT_EQ(after.leases_failed(), 0u);
+  other.Stop();
 }
 
 // Issue 17 §2: a lease waits while the memory it asked for keeps coming,
