@@ -443,9 +443,10 @@ class Lake {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes that left `s` on each device (holding before minus after) go to
   // its debts there, oldest first; with no debt there, the return was its
-  // own choice and lowers its peak by its size. `gone_bytes`: per device, what
-  // of it left the books as capacity (chunks its client made), credited to the
-  // debts' beneficiaries as room (Session::reclaimed_room).
+  // own choice and, made at its peak, lowers the peak to what it keeps.
+  // `gone_bytes`: per device, what of it left the books as capacity (chunks its
+  // client made), credited to the debts' beneficiaries as room
+  // (Session::reclaimed_room).
   void NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
                           absl::Time now,
                           std::map<int, uint64_t> gone_bytes = {})

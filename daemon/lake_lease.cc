@@ -537,14 +537,14 @@ void Lake::NoteReturnedLocked(Session* s, const ChunkBooks::Holding& before,
       gone -= take;
       if (gone == 0) break;
     }
-    // Given back of its own accord: it needs that much less of its old
-    // peak. Not down to what it holds: after a reclaim, what others took
-    // back is still its working set (a trainer returning chunks it leased
-    // ahead, between two turns, asked for its next turn in two rounds).
-    if (!owed && s->pressure_outstanding == 0) {
-      uint64_t& peak = s->growth[device].peak;
-      peak -= std::min(peak, gone);
-    }
+    // Given back of its own accord at its peak: it needs no more than it
+    // keeps. Below its peak, the rest of its working set is with others
+    // (reclaimed) and the peak stands: a trainer returning, mid-turn, chunks
+    // it had leased ahead then asked for its next need by growth, in two
+    // rounds on an H100 when its peak had fallen to what it held.
+    uint64_t& peak = s->growth[device].peak;
+    if (!owed && s->pressure_outstanding == 0 && was.bytes >= peak)
+      peak = now_held;
   }
 }
 
