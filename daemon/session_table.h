@@ -111,8 +111,8 @@ struct Session {
   // beneficiary: a lease waiting since before then does not ask it again.
   absl::flat_hash_map<uint64_t, absl::Time> short_for;
   // Per device: its recent grants (when, bytes) and the most it held since
-  // it last gave back memory of its own accord: what it will need again
-  // when it takes its turn.
+  // it last gave back memory of its own accord at that peak: what it will
+  // need again when it takes its turn (Lake::NoteReturnedLocked).
   struct Growth {
     std::vector<std::pair<absl::Time, uint64_t>> grants;
     uint64_t peak = 0;
