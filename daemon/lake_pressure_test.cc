@@ -211,6 +211,18 @@ class TurnSwitch : public ::testing::Test {
     return st;
   }
 
+  // The trainer leases `n` chunks one by one, in one pressure round that
+  // asks for `asked_bytes`, with no lease failing.
+  void TrainerTakesBackInOneRound(int n, uint64_t asked_bytes) {
+    const v1::StatusResponse before = lake_.Status();
+    EXPECT_EQ(trainer_.LeaseOneByOne(n), n);
+    const v1::StatusResponse after = lake_.Status();
+    EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
+    EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
+              asked_bytes);
+    EXPECT_EQ(after.leases_failed(), 0u);
+  }
+
   TestLake lake_;
   Client trainer_;
   Client inference_;
@@ -281,15 +293,9 @@ TEST_F(TurnSwitch, AReturnOfItsOwnBelowItsPeakKeepsThePeak) {
   // One chunk goes back of the trainer's own accord, 4 held of its peak 12.
   ASSERT_EQ(trainer_.ReturnOwn(1), 1u);
   trainer_.ReportAllCached();
-  const v1::StatusResponse before = lake_.Status();
-  // Turn 3: the trainer, holding 3, takes back 8: one free, 7 to come back.
-  EXPECT_EQ(trainer_.LeaseOneByOne(8), 8);
-  const v1::StatusResponse after = lake_.Status();
-  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
-  // Back to 12 and 1/64 of it, less the 4 it held when it was short.
-  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
-            8 * kChunk + 12 * kChunk / 64);
-  EXPECT_EQ(after.leases_failed(), 0u);
+  // Turn 3: the trainer, holding 3, takes back 8: one free, 7 to come
+  // back. It asks for 12 and 1/64 of it, less the 4 it held when short.
+  TrainerTakesBackInOneRound(8, 8 * kChunk + 12 * kChunk / 64);
   other.Stop();
 }
 
@@ -304,14 +310,8 @@ TEST_F(TurnSwitch, AReturnOfItsOwnAtItsPeakLowersThePeakToWhatItKeeps) {
   EXPECT_EQ(inference_.LeaseOneByOne(14), 14);
   inference_.ReportAllCached();
   ASSERT_EQ(trainer_.held(), 2u);
-  const v1::StatusResponse before = lake_.Status();
-  EXPECT_EQ(trainer_.LeaseOneByOne(8), 8);
-  const v1::StatusResponse after = lake_.Status();
-  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
   // Back to 10 and 1/64 of it, less the 2 it held.
-  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
-            8 * kChunk + 10 * kChunk / 64);
-  EXPECT_EQ(after.leases_failed(), 0u);
+  TrainerTakesBackInOneRound(8, 8 * kChunk + 10 * kChunk / 64);
 }
 
 // Issue 17 §2: a lease waits while the memory it asked for keeps coming,
