@@ -81,6 +81,10 @@ ABSL_FLAG(absl::Duration, pressure_patience, absl::Milliseconds(500),
 ABSL_FLAG(absl::Duration, pressure_growth_window, absl::Seconds(2),
           "A short lease asks idle sessions for at least what its session "
           "leased over this window (its recent growth).");
+ABSL_FLAG(int64_t, pressure_peak_margin_divisor, 64,
+          "A short lease asks for its session's deficit against its own "
+          "recent peak and 1/this of that peak, for what a turn needs beyond "
+          "the last one (0: no margin).");
 ABSL_FLAG(int, max_waiting_leases, 64,
           "Most leases waiting for other sessions to return memory at once; "
           "each holds a thread. Past it, a lease that would wait fails.");
@@ -392,6 +396,13 @@ absl::Status LimitsFromFlags(LakeOptions* lo) {
         "--pressure_patience must be positive and --pressure_growth_window "
         "not negative");
   }
+  const int64_t margin = absl::GetFlag(FLAGS_pressure_peak_margin_divisor);
+  if (margin < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pressure_peak_margin_divisor=", margin,
+        " is negative; give 0 for no margin or N for 1/N of the peak"));
+  }
+  lo->pressure_peak_margin_divisor = static_cast<uint64_t>(margin);
   lo->prefer_reclaim = absl::GetFlag(FLAGS_prefer_reclaim);
   lo->max_waiting_leases = absl::GetFlag(FLAGS_max_waiting_leases);
   lo->max_waiting_leases_per_uid =

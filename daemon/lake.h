@@ -103,6 +103,9 @@ struct LakeOptions {
   // lease asks for at least what its session leased over it
   // (--pressure_growth_window; daemon/pressure_policy.h).
   absl::Duration pressure_growth_window = absl::Seconds(2);
+  // A want back to a session's peak adds 1/this of the peak (0: none;
+  // --pressure_peak_margin_divisor; daemon/pressure_policy.h).
+  uint64_t pressure_peak_margin_divisor = kDefaultPeakMarginDivisor;
   // Most leases waiting for memory at once, over all uids and per uid
   // (--max_waiting_leases, --max_waiting_leases_per_uid). A waiting lease
   // holds a gRPC thread; past these, a lease that would wait fails at once.

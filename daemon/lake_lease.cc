@@ -427,6 +427,7 @@ uint64_t Lake::PressureWantLocked(Session* s, int device, uint64_t short_bytes,
   // This lease is part of the deficit.
   in.peak_bytes = g.peak;
   in.held_bytes = held;
+  in.margin_divisor = options_.pressure_peak_margin_divisor;
   // Quotas bound what it could still hold (this lease included): no use
   // reclaiming past them.
   const uint64_t session_bytes = h.leased_bytes + h.in_flight_bytes;

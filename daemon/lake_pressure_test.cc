@@ -314,6 +314,30 @@ TEST_F(TurnSwitch, AReturnOfItsOwnAtItsPeakLowersThePeakToWhatItKeeps) {
   TrainerTakesBackInOneRound(8, 8 * kChunk + 10 * kChunk / 64);
 }
 
+// gmlaked's --pressure_peak_margin_divisor reaches the ask: with 1/32 the
+// trainer's ask back to its peak of 12 is 8 and 12/32 chunks.
+TEST(LakePressure, TheMarginBackToThePeakIsGmlakedsOption) {
+  LakeOptions o = TestLakeOptions(16);
+  o.pressure_growth_window = absl::ZeroDuration();
+  o.pressure_peak_margin_divisor = 32;
+  TestLake lake(std::move(o));
+  Client trainer(&lake.lake(), lake.Open(1000, "trainer"), Answer::kHonest);
+  Client inference(&lake.lake(), lake.Open(1000, "inference"), Answer::kHonest);
+  EXPECT_EQ(trainer.LeaseOneByOne(12), 12);
+  trainer.ReportAllCached();
+  EXPECT_EQ(inference.LeaseOneByOne(12), 12);
+  inference.ReportAllCached();
+  ASSERT_EQ(trainer.held(), 4u);
+  const v1::StatusResponse before = lake.Status();
+  EXPECT_EQ(trainer.LeaseOneByOne(8), 8);
+  const v1::StatusResponse after = lake.Status();
+  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
+  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
+            8 * kChunk + 12 * kChunk / 32);
+  trainer.Stop();
+  inference.Stop();
+}
+
 // Issue 17 §2: a lease waits while the memory it asked for keeps coming,
 // even when all of it takes longer than --reclaim_timeout; the timeout
 // counts from the last byte that came.

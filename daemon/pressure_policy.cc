@@ -5,12 +5,6 @@
 #include <algorithm>
 
 namespace gmlake {
-namespace {
-
-// A want back to the peak adds 1/64 of it (pressure_policy.h).
-constexpr uint64_t kPeakMarginDivisor = 64;
-
-}  // namespace
 
 uint64_t CredibleCache(const PressureCandidate& c) {
   const uint64_t bounded = std::min(c.cached_bytes, c.leased_bytes);
@@ -79,7 +73,9 @@ std::vector<PressureAsk> ChoosePressure(
 uint64_t PressureWant(const PressureNeedInput& in) {
   // The peak and a margin (see the header): a turn rarely needs exactly
   // what the last one held.
-  const uint64_t peak = in.peak_bytes + in.peak_bytes / kPeakMarginDivisor;
+  const uint64_t peak =
+      in.peak_bytes +
+      (in.margin_divisor == 0 ? 0 : in.peak_bytes / in.margin_divisor);
   const uint64_t back_to_peak = peak - std::min(peak, in.held_bytes);
   const uint64_t ahead =
       std::min(std::max(in.growth_bytes, back_to_peak), in.room_bytes);

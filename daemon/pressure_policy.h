@@ -93,6 +93,9 @@ std::vector<PressureAsk> ChoosePressure(
 std::vector<PressureAsk> ChoosePressure(
     absl::Span<const PressureCandidate> candidates, uint64_t short_bytes);
 
+// A want back to the peak adds 1/64 of it by default (see above).
+inline constexpr uint64_t kDefaultPeakMarginDivisor = 64;
+
 // What a short lease asks for (see above).
 struct PressureNeedInput {
   uint64_t short_bytes = 0;   // what the lease lacks now
@@ -102,6 +105,9 @@ struct PressureNeedInput {
   // What it may still lease under its quotas, this lease included
   // (UINT64_MAX: no quota).
   uint64_t room_bytes = UINT64_MAX;
+  // The margin back to the peak is 1/margin_divisor of it (0: none;
+  // --pressure_peak_margin_divisor).
+  uint64_t margin_divisor = kDefaultPeakMarginDivisor;
 };
 uint64_t PressureWant(const PressureNeedInput& in);
 

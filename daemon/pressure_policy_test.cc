@@ -133,6 +133,17 @@ TEST(PressurePolicyTest, WantIsBackToThePeakWithAMargin) {
   EXPECT_EQ(PressureWant({10, 50, 6400, 9000}), 50u);  // past peak and margin
 }
 
+// --pressure_peak_margin_divisor: 1/N of the peak, or none at 0.
+TEST(PressurePolicyTest, TheMarginBackToThePeakIsAnOption) {
+  PressureNeedInput in{10, 50, 6400, 3200};
+  in.margin_divisor = 32;
+  EXPECT_EQ(PressureWant(in), 3400u);
+  in.margin_divisor = 0;
+  EXPECT_EQ(PressureWant(in), 3200u);
+  in.margin_divisor = kDefaultPeakMarginDivisor;
+  EXPECT_EQ(PressureWant(in), 3300u);
+}
+
 TEST(PressurePolicyTest, DebtsAreJudgedByBytesAnswersAndPatience) {
   const absl::Duration p = absl::Milliseconds(500);
   PressureDebtView d{100, 100, 0, false, false, absl::Milliseconds(10)};

@@ -18,6 +18,9 @@
 #   GMLAKED_LOG_FLAGS=--verbose: gmlaked logs each lease and pressure
 #   request, with its size and whom it is for (OUT/gmlaked_SETTING_REP.log;
 #   by turn: tests/gpu/pressure_requests.py OUT)
+#   SETTINGS="gmlake gmlake_NAME": GMLake again with CONF_NAME's allocator
+#   options (GMLAKE_CONF) and DFLAGS_NAME's gmlaked flags, e.g.
+#   DFLAGS_m32=--pressure_peak_margin_divisor=32
 set -uo pipefail
 OUT="${OUT:-$(mktemp -d /tmp/gmlake-colocate.XXXXXX)}"
 mkdir -p "${OUT}"
@@ -59,10 +62,12 @@ run_one() {  # setting, rep
     empty_cache) cmd+=(--empty-cache) ;;
     gmlake | gmlake_*)
       # gmlake_NAME: GMLake with GMLAKE_CONF's extra options from CONF_NAME
-      # (e.g. SETTINGS="gmlake gmlake_old" CONF_old=held_chunk_divisor:0).
-      local extra="" var="CONF_${s#gmlake_}"
-      [[ "$s" == gmlake_* ]] && extra=",${!var:-}"
-      start_gmlaked "${sockdir}" "${OUT}/gmlaked_${s}_${rep}.log"
+      # (e.g. SETTINGS="gmlake gmlake_old" CONF_old=held_chunk_divisor:0)
+      # and gmlaked's extra flags from DFLAGS_NAME (e.g.
+      # DFLAGS_m32=--pressure_peak_margin_divisor=32).
+      local extra="" dflags="" var="CONF_${s#gmlake_}" dvar="DFLAGS_${s#gmlake_}"
+      [[ "$s" == gmlake_* ]] && extra=",${!var:-}" && dflags="${!dvar:-}"
+      start_gmlaked "${sockdir}" "${OUT}/gmlaked_${s}_${rep}.log" "${dflags}"
       cmd=("${GMLAKE_BIN}/gmlake" run -- "${cmd[@]}")
       export GMLAKE_CONF="lake:daemon,socket:${sockdir}/gmlaked.sock${extra}" ;;
   esac

@@ -41,10 +41,12 @@ echo "venv ${VENV}: $("${PY}" -c 'import gmlake, torch; print("gmlake", gmlake._
 # control socket is there (10 s at most). GMLAKED_PID is its pid.
 # GMLAKED_LOG_FLAGS: flags that only change what it logs (--verbose: every
 # lease and pressure request, to read a run's rounds per turn switch).
+# start_gmlaked DIR LOG FLAGS: FLAGS (one word each, space-separated) change
+# its policy, for a setting compared against the defaults.
 start_gmlaked() {
   # shellcheck disable=SC2086  # word-split on purpose: several flags
   "${GMLAKE_BIN}/gmlaked" --socket="$1/gmlaked.sock" --fd_socket="$1/fd.sock" \
-    ${GMLAKED_LOG_FLAGS:-} > "$2" 2>&1 &
+    ${GMLAKED_LOG_FLAGS:-} ${3:-} > "$2" 2>&1 &
   GMLAKED_PID=$!
   for _ in $(seq 1 100); do [[ -S "$1/gmlaked.sock" ]] && break; sleep 0.1; done
 }

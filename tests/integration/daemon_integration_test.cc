@@ -369,6 +369,7 @@ TEST(DaemonIntegration, BadFlagsStopTheStartWithAClearMessage) {
            {"--max_sessions=0", "--max_sessions must be positive"},
            {"--max_waiting_leases=0", "--max_waiting_leases"},
            {"--pressure_patience=0s", "--pressure_patience must be positive"},
+           {"--pressure_peak_margin_divisor=-64", "0 for no margin"},
            {"--release_idle=-1s", "--release_idle must be 0"},
            {"--grpc_fd_guard=maybe", "passrights"}}) {
     absl::StatusOr<std::unique_ptr<Daemon>> d = Daemon::Start({flag});
