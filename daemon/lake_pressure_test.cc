@@ -181,13 +181,15 @@ class Client {
 // window of time: the counts do not depend on how fast the machine is.
 class TurnSwitch : public ::testing::Test {
  protected:
-  static LakeOptions Options() {
+  static LakeOptions Options(
+      uint64_t margin_divisor = kDefaultPeakMarginDivisor) {
     LakeOptions o = TestLakeOptions(16);
     o.pressure_growth_window = absl::ZeroDuration();
+    o.pressure_peak_margin_divisor = margin_divisor;
     return o;
   }
-  TurnSwitch()
-      : lake_(Options()),
+  explicit TurnSwitch(LakeOptions options = Options())
+      : lake_(std::move(options)),
         trainer_(&lake_.lake(), lake_.Open(1000, "trainer"), Answer::kHonest),
         inference_(&lake_.lake(), lake_.Open(1000, "inference"),
                    Answer::kHonest) {}
@@ -316,26 +318,14 @@ TEST_F(TurnSwitch, AReturnOfItsOwnAtItsPeakLowersThePeakToWhatItKeeps) {
 
 // gmlaked's --pressure_peak_margin_divisor reaches the ask: with 1/32 the
 // trainer's ask back to its peak of 12 is 8 and 12/32 chunks.
-TEST(LakePressure, TheMarginBackToThePeakIsGmlakedsOption) {
-  LakeOptions o = TestLakeOptions(16);
-  o.pressure_growth_window = absl::ZeroDuration();
-  o.pressure_peak_margin_divisor = 32;
-  TestLake lake(std::move(o));
-  Client trainer(&lake.lake(), lake.Open(1000, "trainer"), Answer::kHonest);
-  Client inference(&lake.lake(), lake.Open(1000, "inference"), Answer::kHonest);
-  EXPECT_EQ(trainer.LeaseOneByOne(12), 12);
-  trainer.ReportAllCached();
-  EXPECT_EQ(inference.LeaseOneByOne(12), 12);
-  inference.ReportAllCached();
-  ASSERT_EQ(trainer.held(), 4u);
-  const v1::StatusResponse before = lake.Status();
-  EXPECT_EQ(trainer.LeaseOneByOne(8), 8);
-  const v1::StatusResponse after = lake.Status();
-  EXPECT_EQ(after.pressure_rounds() - before.pressure_rounds(), 1u);
-  EXPECT_EQ(after.pressure_asked_bytes() - before.pressure_asked_bytes(),
-            8 * kChunk + 12 * kChunk / 32);
-  trainer.Stop();
-  inference.Stop();
+class TurnSwitchAtAMarginOf32 : public TurnSwitch {
+ protected:
+  TurnSwitchAtAMarginOf32() : TurnSwitch(Options(32)) {}
+};
+
+TEST_F(TurnSwitchAtAMarginOf32, TheMarginBackToThePeakIsGmlakedsOption) {
+  TwoTurns(12 * kChunk);
+  TrainerTakesBackInOneRound(8, 8 * kChunk + 12 * kChunk / 32);
 }
 
 // Issue 17 §2: a lease waits while the memory it asked for keeps coming,

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-from turn_stats_table import busy_in
+from turn_stats_table import busy_in, phase_label
 
 # daemon/lake_lease.cc, SendAsksLocked: "asking <session> for <bytes> on
 # device <d> (<bytes> of it cached): <asker> needs <bytes> on device <d>".
@@ -46,10 +46,8 @@ def requests_of(log_path):
 
 
 def phase_at(marks, role, t):
-    """The phase of `role` at time t, from its marks [(t, turn), ...]: "turn
-    N" while busy (its turn, or its last ones after the other's done-),
-    "idle after N" or "start" otherwise (tests/gpu/turn_stats_table.py's
-    phases)."""
+    """The phase of `role` at time t, from its marks [(t, turn), ...], as
+    tests/gpu/turn_stats_table.py names it (phase_label)."""
     turn, busy = 0, False
     for mt, name in marks:
         if mt > t:
@@ -58,9 +56,7 @@ def phase_at(marks, role, t):
         if now_busy and not busy:
             turn += 1
         busy = now_busy
-    if busy:
-        return f"turn {turn}"
-    return f"idle after {turn}" if turn else "start"
+    return phase_label(turn, busy)
 
 
 def rows_of(log_path, stats_path, run):

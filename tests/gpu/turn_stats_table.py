@@ -42,6 +42,14 @@ def busy_in(turn, role):
     return turn in (role, "done-" + other)
 
 
+def phase_label(turn, busy):
+    """A role's phase: "turn N" while busy, "idle after N" between its
+    turns, "start" before its first."""
+    if busy:
+        return f"turn {turn}"
+    return f"idle after {turn}" if turn else "start"
+
+
 def rows_of(path):
     lines = [json.loads(l) for l in open(path) if l.strip()]
     run = os.path.basename(path).replace("turnstats_", "").replace(".jsonl", "")
@@ -58,8 +66,7 @@ def rows_of(path):
             busy = busy_in(a["turn"], role)
             if busy and not was_busy:
                 turn += 1
-            phase = f"turn {turn}" if busy else (
-                f"idle after {turn}" if turn else "start")
+            phase = phase_label(turn, busy)
             row = dict(run=run, role=role, phase=phase,
                        seconds=round(b["t"] - a["t"], 3))
             for name, key in KEYS:

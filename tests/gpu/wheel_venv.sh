@@ -36,13 +36,13 @@ cp "${root}"/tests/gpu/torch_memory_calls.py "${root}"/client/python/viz_check.p
 export PATH="${VENV}/bin:${PATH}"
 echo "venv ${VENV}: $("${PY}" -c 'import gmlake, torch; print("gmlake", gmlake.__version__, "from", gmlake.__file__, "| torch", torch.__version__)')"
 
-# start_gmlaked DIR LOG: a gmlaked with its defaults, its sockets in DIR
+# start_gmlaked DIR LOG [FLAGS]: a gmlaked, its sockets in DIR
 # (DIR/gmlaked.sock, DIR/fd.sock), its output in LOG; returns once its
-# control socket is there (10 s at most). GMLAKED_PID is its pid.
-# GMLAKED_LOG_FLAGS: flags that only change what it logs (--verbose: every
-# lease and pressure request, to read a run's rounds per turn switch).
-# start_gmlaked DIR LOG FLAGS: FLAGS (one word each, space-separated) change
-# its policy, for a setting compared against the defaults.
+# control socket is there (10 s at most). GMLAKED_PID is its pid. Its
+# defaults, but for FLAGS (space-separated), which change its policy for a
+# setting compared against the defaults, and GMLAKED_LOG_FLAGS, which only
+# change what it logs (--verbose: every lease and pressure request, to read
+# a run's rounds per turn switch).
 start_gmlaked() {
   # shellcheck disable=SC2086  # word-split on purpose: several flags
   "${GMLAKE_BIN}/gmlaked" --socket="$1/gmlaked.sock" --fd_socket="$1/fd.sock" \
