@@ -403,16 +403,17 @@ class DaemonChunkSource : public ChunkSource {
   // (kUnit); AcquireBytes', of the sizes PlanChunks cuts it in
   // (kPlanned, TakePlannedChunks); or, once the lake had no room for that,
   // any that fit (kAnyFit), so that no idle chunk waits while a request
-  // fails.
-  // kAnyFit and kRoomMade (after the idle chunks went back to make room)
-  // are retries: their leases ask no other session (no_pressure).
+  // fails; kRoomMade after the idle chunks went back to make room.
   enum class IdleTake { kUnit, kPlanned, kAnyFit, kRoomMade };
   // Acquire and AcquireBytes: idle chunks for `bytes` (as `take` says),
   // then leases for the rest (of the unit for kUnit, else cut by
   // PlanChunks). All or nothing. Where the lake has no room for the rest
-  // while idle chunks are here, they go back first.
+  // while idle chunks are here, they serve it in any size, or go back to
+  // make room, before other sessions are asked to give memory back; they
+  // are asked at most once per request (`others_asked`: already).
   absl::StatusOr<std::vector<LeasedChunk>> Obtain(int device, uint64_t bytes,
-                                                  IdleTake take);
+                                                  IdleTake take,
+                                                  bool others_asked);
   // Obtain's request as it goes: the chunks taken from the idle ones, then
   // leased (with the epoch of the link each came on), and the leases that
   // cover the rest.
@@ -420,8 +421,9 @@ class DaemonChunkSource : public ChunkSource {
     std::vector<LeasedChunk> got;  // from_idle idle ones first
     std::vector<uint64_t> epochs;  // one per chunk of `got`, as it fills
     size_t from_idle = 0;
-    uint64_t missing = 0;  // bytes the idle chunks did not cover
-    uint64_t unit = 0;     // the device's chunk size
+    uint64_t missing = 0;    // bytes the idle chunks did not cover
+    uint64_t idle_left = 0;  // idle bytes that fit none of the request
+    uint64_t unit = 0;       // the device's chunk size
     ChunkSizing sizing;
     std::vector<ChunkRun> runs;  // one lease each
     // The run that also leases `ahead` chunks ahead of need (runs.size():
@@ -449,7 +451,8 @@ class DaemonChunkSource : public ChunkSource {
   // many chunks it adds.
   void PlanLeases(int device, uint64_t bytes, IdleTake take, Obtaining* o);
   // One lease per run, lock down; stops at the first that fails.
-  absl::Status LeaseRuns(int device, IdleTake take, Obtaining* o);
+  // `may_press`: a lease may ask other sessions to give memory back.
+  absl::Status LeaseRuns(int device, bool may_press, Obtaining* o);
   // Books the outcome `s` of LeaseRuns: all chunks held, or (on failure)
   // all idle, with what to do next.
   ObtainFailed BookObtained(int device, IdleTake take, const absl::Status& s,

@@ -66,6 +66,18 @@ class DaemonGrowthTest : public ::testing::Test {
     EXPECT_TRUE(src.ok()) << src.status();
     return src.ok() ? *std::move(src) : nullptr;
   }
+  // A source that leases only what it is asked for, in 2 MiB chunks.
+  std::unique_ptr<DaemonChunkSource> ConnectLeasingAsAsked(
+      const std::string& name) {
+    DaemonSourceOptions o;
+    o.socket_path = daemon_->socket();
+    o.name = name;
+    o.lease_ahead_max = 0;
+    absl::StatusOr<std::unique_ptr<DaemonChunkSource>> src =
+        DaemonChunkSource::Connect(o);
+    EXPECT_TRUE(src.ok()) << src.status();
+    return src.ok() ? *std::move(src) : nullptr;
+  }
   // A source of 4 MiB chunks that keeps up to 64 MiB of them idle (the
   // whole lake of the tests that use it).
   std::unique_ptr<DaemonChunkSource> ConnectKeepingIdle() {
@@ -341,6 +353,94 @@ TEST_F(DaemonGrowthTest, IdleChunksThatFitNoPlanGoBackToMakeRoom) {
   EXPECT_EQ((*small)[0].size, kChunk);
   EXPECT_LE(SessionBytes(src->session_id()), 64 * kMiB);
   src->ReturnSized(0, *small);
+}
+
+// The lake is full, half of it another process's free cache, half this
+// one's idle 2 MiB chunks. A 12 MiB request, planned as 4 MiB chunks, is
+// served from this process's own idle chunks: the other is not asked. On
+// an H100 the colocation trainer's turn took a second pressure round this
+// way: a need planned in 16 MiB chunks found the lake's room taken by its
+// own stock leased ahead in 4 MiB chunks, and asked inference for ~14 GiB.
+TEST_F(DaemonGrowthTest, OwnIdleChunksOfOtherSizesServeBeforeOthersAreAsked) {
+  Start({"--host_capacity=64MiB", "--capacity=1"});
+  std::unique_ptr<DaemonChunkSource> other = ConnectLeasingAsAsked("other");
+  ASSERT_NE(other, nullptr);
+  absl::StatusOr<std::vector<SizedChunk>> cached =
+      other->AcquireBytes(0, 32 * kMiB);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  std::vector<SizedChunk> give = *std::move(cached);
+  DaemonChunkSource* raw = other.get();
+  std::atomic<int> reclaims{0};
+  other->SetReclaimHandler([&](int, uint64_t) -> uint64_t {
+    reclaims.fetch_add(1);
+    uint64_t bytes = 0;
+    for (const SizedChunk& c : give) bytes += c.size;
+    raw->ReturnSized(0, give);
+    give.clear();
+    return bytes;
+  });
+  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  ASSERT_NE(src, nullptr);
+  std::vector<SizedChunk> got;
+  Grow(src.get(), 32 * kMiB, kChunk, &got);
+  for (const SizedChunk& c : got) ASSERT_EQ(c.size, kChunk);
+  src->ReturnSized(0, got);  // 32 MiB idle in 2 MiB chunks: the lake is full
+  absl::StatusOr<v1::StatusResponse> before = daemon_->Status();
+  ASSERT_TRUE(before.ok()) << before.status();
+  absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 12 * kMiB);
+  ASSERT_TRUE(big.ok()) << big.status();
+  uint64_t sum = 0;
+  for (const SizedChunk& c : *big) sum += c.size;
+  EXPECT_EQ(sum, 12 * kMiB);
+  absl::StatusOr<v1::StatusResponse> after = daemon_->Status();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->pressure_rounds() - before->pressure_rounds(), 0u);
+  EXPECT_EQ(reclaims.load(), 0);
+  EXPECT_EQ(SessionBytes(src->session_id()), 32 * kMiB);
+  other->SetReclaimHandler(nullptr);
+  src->ReturnSized(0, *big);
+}
+
+// As above, but this process's idle chunks cover only part of the request:
+// they go back to the lake before the other process is asked, which is
+// asked only for the rest. Before, the other gave back the whole request
+// while these chunks sat idle beside it.
+TEST_F(DaemonGrowthTest, OwnIdleChunksGoBackBeforeOthersAreAskedForTheRest) {
+  Start({"--host_capacity=64MiB", "--capacity=1"});
+  std::unique_ptr<DaemonChunkSource> other = ConnectLeasingAsAsked("other");
+  ASSERT_NE(other, nullptr);
+  absl::StatusOr<std::vector<SizedChunk>> cached =
+      other->AcquireBytes(0, 48 * kMiB);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  std::vector<SizedChunk> give = *std::move(cached);  // given back as asked
+  DaemonChunkSource* raw = other.get();
+  std::atomic<uint64_t> asked{0};
+  other->SetReclaimHandler([&](int, uint64_t bytes) -> uint64_t {
+    asked.fetch_add(bytes);
+    uint64_t back = 0;
+    std::vector<SizedChunk> part;
+    while (back < bytes && !give.empty()) {
+      back += give.back().size;
+      part.push_back(give.back());
+      give.pop_back();
+    }
+    raw->ReturnSized(0, part);
+    return back;
+  });
+  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  ASSERT_NE(src, nullptr);
+  std::vector<SizedChunk> got;
+  Grow(src.get(), 16 * kMiB, kChunk, &got);
+  src->ReturnSized(0, got);  // 16 MiB idle in 2 MiB chunks: the lake is full
+  absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 24 * kMiB);
+  ASSERT_TRUE(big.ok()) << big.status();
+  // 24 MiB needed, 16 of them in the lake once the idle chunks went back.
+  EXPECT_LT(asked.load(), 24 * kMiB);
+  EXPECT_EQ(SessionBytes(src->session_id()), 24 * kMiB);
+  std::printf("the other process was asked for %.1f MiB\n",
+              static_cast<double>(asked.load()) / kMiB);
+  other->SetReclaimHandler(nullptr);
+  src->ReturnSized(0, *big);
 }
 
 // Where giving the idle chunks back cannot make the room (another process

@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<ChunkHandle>> DaemonChunkSource::Acquire(
     int device, size_t count) {
   const uint64_t unit = chunk_size(device);
   absl::StatusOr<std::vector<LeasedChunk>> got =
-      Obtain(device, count * unit, IdleTake::kUnit);
+      Obtain(device, count * unit, IdleTake::kUnit, /*others_asked=*/false);
   if (!got.ok()) return got.status();
   std::vector<ChunkHandle> handles;
   handles.reserve(got->size());
@@ -52,7 +52,8 @@ absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
         absl::StrFormat("device %d does not exist in this process", device));
   }
   absl::StatusOr<std::vector<LeasedChunk>> got =
-      Obtain(device, (bytes + unit - 1) / unit * unit, IdleTake::kPlanned);
+      Obtain(device, (bytes + unit - 1) / unit * unit, IdleTake::kPlanned,
+             /*others_asked=*/false);
   if (!got.ok()) return got.status();
   std::vector<SizedChunk> out;
   out.reserve(got->size());
@@ -61,13 +62,24 @@ absl::StatusOr<std::vector<SizedChunk>> DaemonChunkSource::AcquireBytes(
 }
 
 absl::StatusOr<std::vector<DaemonChunkSource::LeasedChunk>>
-DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
+DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take,
+                          bool others_asked) {
   WaitIfLostAndShort(device, bytes);
   Obtaining o;
   if (absl::Status s = TakeIdle(device, bytes, take, &o); !s.ok()) return s;
   if (bytes == 0) return std::move(o.got);
   PlanLeases(device, bytes, take, &o);
-  const absl::Status s = LeaseRuns(device, take, &o);
+  // This process's own idle chunks come before the other sessions' memory:
+  // while some are here that fit no planned chunk, the leases ask no one,
+  // and where the lake is full those chunks serve the request in any size
+  // or go back to make room first. On an H100 the colocation trainer's
+  // turn took a second pressure round (~14 GiB asked of inference) for a
+  // need planned in 16 MiB chunks, while its own stock leased ahead in
+  // 4 MiB ones held the room that the first round had made.
+  const bool may_press =
+      !others_asked && (take == IdleTake::kUnit ||
+                        take == IdleTake::kRoomMade || o.idle_left == 0);
+  const absl::Status s = LeaseRuns(device, may_press, &o);
   const ObtainFailed failed = BookObtained(device, take, s, &o);
   if (s.ok()) return std::move(o.got);
   if (o.got.size() > o.from_idle) TrimIdle(device, failed.keep_bytes, 0);
@@ -79,8 +91,11 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take) {
   // the lake, and the lease is asked again.
   if (failed.give_back_idle) TrimIdle(device, 0, 0);
   absl::StatusOr<std::vector<LeasedChunk>> again = Obtain(
-      device, bytes, failed.retry ? IdleTake::kAnyFit : IdleTake::kRoomMade);
-  if (again.ok() || !absl::IsResourceExhausted(again.status())) return again;
+      device, bytes, failed.retry ? IdleTake::kAnyFit : IdleTake::kRoomMade,
+      others_asked || may_press);
+  if (again.ok() || !absl::IsResourceExhausted(again.status()) || !may_press) {
+    return again;
+  }
   // What the lease that asked the other sessions found, not the retry's.
   return s;
 }
@@ -140,6 +155,7 @@ absl::Status DaemonChunkSource::TakeIdle(int device, uint64_t bytes,
     d.grew = true;
   }
   o->missing = bytes - have;
+  o->idle_left = d.idle_bytes;
   o->from_idle = o->got.size();
   o->epochs.assign(o->from_idle, epoch_);
   return absl::OkStatus();
@@ -173,12 +189,8 @@ void DaemonChunkSource::PlanLeases(int device, uint64_t bytes, IdleTake take,
   if (o->ahead > 0) devices_[device].ahead_chunk = size;
 }
 
-absl::Status DaemonChunkSource::LeaseRuns(int device, IdleTake take,
+absl::Status DaemonChunkSource::LeaseRuns(int device, bool may_press,
                                           Obtaining* o) {
-  // A retry (kAnyFit, kRoomMade) does not ask the other sessions again:
-  // they were asked for this request (and the lease waited while memory
-  // came back), so a real out-of-memory comes after one such wait.
-  const bool may_press = take == IdleTake::kUnit || take == IdleTake::kPlanned;
   for (size_t i = 0; i < o->runs.size(); ++i) {
     const ChunkRun& run = o->runs[i];
     uint64_t lease_epoch = 0;
