@@ -119,6 +119,32 @@ class DaemonGrowthTest : public ::testing::Test {
         testing::kPatience);
     return st.ok();
   }
+  // Free cache of a process with nothing live: asked to give memory back,
+  // it gives all of it (`whole`) or as many chunks as cover what it is
+  // asked for. Counts the asks.
+  struct IdleCache {
+    std::vector<SizedChunk> chunks;
+    bool whole = true;
+    std::atomic<int> asks{0};
+    std::atomic<uint64_t> asked_bytes{0};
+  };
+  // Answers `src`'s pressure from `cache`. The test clears the handler
+  // (SetReclaimHandler(nullptr)) before `cache` goes.
+  static void AnswerPressure(DaemonChunkSource* src, IdleCache* cache) {
+    src->SetReclaimHandler([src, cache](int, uint64_t bytes) -> uint64_t {
+      cache->asks.fetch_add(1);
+      cache->asked_bytes.fetch_add(bytes);
+      uint64_t back = 0;
+      std::vector<SizedChunk> part;
+      while ((cache->whole || back < bytes) && !cache->chunks.empty()) {
+        back += cache->chunks.back().size;
+        part.push_back(cache->chunks.back());
+        cache->chunks.pop_back();
+      }
+      src->ReturnSized(0, part);
+      return back;
+    });
+  }
   // Grows by `bytes` in shortfalls of `step`, as a KV cache does; appends
   // what it got.
   static void Grow(DaemonChunkSource* src, uint64_t bytes, uint64_t step,
@@ -368,17 +394,9 @@ TEST_F(DaemonGrowthTest, OwnIdleChunksOfOtherSizesServeBeforeOthersAreAsked) {
   absl::StatusOr<std::vector<SizedChunk>> cached =
       other->AcquireBytes(0, 32 * kMiB);
   ASSERT_TRUE(cached.ok()) << cached.status();
-  std::vector<SizedChunk> give = *std::move(cached);
-  DaemonChunkSource* raw = other.get();
-  std::atomic<int> reclaims{0};
-  other->SetReclaimHandler([&](int, uint64_t) -> uint64_t {
-    reclaims.fetch_add(1);
-    uint64_t bytes = 0;
-    for (const SizedChunk& c : give) bytes += c.size;
-    raw->ReturnSized(0, give);
-    give.clear();
-    return bytes;
-  });
+  IdleCache cache;
+  cache.chunks = *std::move(cached);
+  AnswerPressure(other.get(), &cache);
   std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
   ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
@@ -395,7 +413,7 @@ TEST_F(DaemonGrowthTest, OwnIdleChunksOfOtherSizesServeBeforeOthersAreAsked) {
   absl::StatusOr<v1::StatusResponse> after = daemon_->Status();
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->pressure_rounds() - before->pressure_rounds(), 0u);
-  EXPECT_EQ(reclaims.load(), 0);
+  EXPECT_EQ(cache.asks.load(), 0);
   EXPECT_EQ(SessionBytes(src->session_id()), 32 * kMiB);
   other->SetReclaimHandler(nullptr);
   src->ReturnSized(0, *big);
@@ -412,21 +430,10 @@ TEST_F(DaemonGrowthTest, OwnIdleChunksGoBackBeforeOthersAreAskedForTheRest) {
   absl::StatusOr<std::vector<SizedChunk>> cached =
       other->AcquireBytes(0, 48 * kMiB);
   ASSERT_TRUE(cached.ok()) << cached.status();
-  std::vector<SizedChunk> give = *std::move(cached);  // given back as asked
-  DaemonChunkSource* raw = other.get();
-  std::atomic<uint64_t> asked{0};
-  other->SetReclaimHandler([&](int, uint64_t bytes) -> uint64_t {
-    asked.fetch_add(bytes);
-    uint64_t back = 0;
-    std::vector<SizedChunk> part;
-    while (back < bytes && !give.empty()) {
-      back += give.back().size;
-      part.push_back(give.back());
-      give.pop_back();
-    }
-    raw->ReturnSized(0, part);
-    return back;
-  });
+  IdleCache cache;
+  cache.chunks = *std::move(cached);
+  cache.whole = false;
+  AnswerPressure(other.get(), &cache);
   std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
   ASSERT_NE(src, nullptr);
   std::vector<SizedChunk> got;
@@ -435,10 +442,10 @@ TEST_F(DaemonGrowthTest, OwnIdleChunksGoBackBeforeOthersAreAskedForTheRest) {
   absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 24 * kMiB);
   ASSERT_TRUE(big.ok()) << big.status();
   // 24 MiB needed, 16 of them in the lake once the idle chunks went back.
-  EXPECT_LT(asked.load(), 24 * kMiB);
+  EXPECT_LT(cache.asked_bytes.load(), 24 * kMiB);
   EXPECT_EQ(SessionBytes(src->session_id()), 24 * kMiB);
   std::printf("the other process was asked for %.1f MiB\n",
-              static_cast<double>(asked.load()) / kMiB);
+              static_cast<double>(cache.asked_bytes.load()) / kMiB);
   other->SetReclaimHandler(nullptr);
   src->ReturnSized(0, *big);
 }
@@ -537,30 +544,20 @@ TEST_F(DaemonGrowthTest, LeasingAheadResumesOncePressureMadeRoom) {
   absl::StatusOr<std::vector<SizedChunk>> cached =
       idle->AcquireBytes(0, 512 * kMiB);
   ASSERT_TRUE(cached.ok()) << cached.status();
-  // The idle process gives back all it caches when asked, as an allocator
-  // with nothing live does.
-  std::vector<SizedChunk> give = *std::move(cached);
-  DaemonChunkSource* raw = idle.get();
-  std::atomic<int> reclaims{0};
-  idle->SetReclaimHandler([&](int, uint64_t) -> uint64_t {
-    reclaims.fetch_add(1);
-    uint64_t bytes = 0;
-    for (const SizedChunk& c : give) bytes += c.size;
-    raw->ReturnSized(0, give);
-    give.clear();
-    return bytes;
-  });
+  IdleCache cache;
+  cache.chunks = *std::move(cached);
+  AnswerPressure(idle.get(), &cache);
   const uint64_t before = LeasesServed();
   std::vector<SizedChunk> got;
   Grow(busy.get(), 256 * kMiB, kChunk, &got);
   const uint64_t leases = LeasesServed() - before;
-  EXPECT_GE(reclaims.load(), 1);
+  EXPECT_GE(cache.asks.load(), 1);
   // One lease per shortfall would be 128.
   EXPECT_LE(leases, 16u) << "lease calls for 256 MiB grown in 2 MiB steps "
                             "after a refused lease ahead";
   std::printf("leases for 256 MiB grown after a refused lease ahead: %d\n",
               static_cast<int>(leases));
-  // The handler uses `give`: no call of it may outlive this scope
+  // The handler uses `cache`: no call of it may outlive this scope
   // (SetReclaimHandler waits for one in progress).
   idle->SetReclaimHandler(nullptr);
   busy->ReturnSized(0, got);
