@@ -83,7 +83,12 @@ DaemonChunkSource::Obtain(int device, uint64_t bytes, IdleTake take,
   const ObtainFailed failed = BookObtained(device, take, s, &o);
   if (s.ok()) return std::move(o.got);
   if (o.got.size() > o.from_idle) TrimIdle(device, failed.keep_bytes, 0);
-  if (!failed.retry && !failed.give_back_idle) return s;
+  // A lease that asked no one and found no room is asked again as one
+  // that may, even where the idle chunks it deferred to went meanwhile
+  // (to another thread's request).
+  const bool ask_others =
+      !others_asked && !may_press && absl::IsResourceExhausted(s);
+  if (!failed.retry && !failed.give_back_idle && !ask_others) return s;
   // No room for chunks of the planned sizes while idle ones of others are
   // here: those, before the caller hears there is no room. Else idle chunks
   // none of which fits what is missing (leased ahead in other sizes, freed
