@@ -145,6 +145,35 @@ class DaemonGrowthTest : public ::testing::Test {
       return back;
     });
   }
+  // Another process ("other", leasing only as asked) holding `bytes` as
+  // the free cache in `cache`, which answers its pressure.
+  std::unique_ptr<DaemonChunkSource> ConnectCaching(uint64_t bytes,
+                                                    IdleCache* cache) {
+    std::unique_ptr<DaemonChunkSource> other = ConnectLeasingAsAsked("other");
+    if (other == nullptr) return nullptr;
+    absl::StatusOr<std::vector<SizedChunk>> cached =
+        other->AcquireBytes(0, bytes);
+    EXPECT_TRUE(cached.ok()) << cached.status();
+    if (!cached.ok()) return nullptr;
+    cache->chunks = *std::move(cached);
+    AnswerPressure(other.get(), cache);
+    return other;
+  }
+  // A source keeping its idle chunks (ConnectKeepingIdle) that grew by
+  // `bytes` in 2 MiB shortfalls and freed them: `bytes` idle in 2 MiB
+  // chunks.
+  std::unique_ptr<DaemonChunkSource> ConnectHoldingIdle2MiB(uint64_t bytes) {
+    std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+    if (src == nullptr) return nullptr;
+    std::vector<SizedChunk> got;
+    Grow(src.get(), bytes, kChunk, &got);
+    for (const SizedChunk& c : got) {
+      EXPECT_EQ(c.size, kChunk);
+      if (c.size != kChunk) return nullptr;
+    }
+    src->ReturnSized(0, got);
+    return src;
+  }
   // Grows by `bytes` in shortfalls of `step`, as a KV cache does; appends
   // what it got.
   static void Grow(DaemonChunkSource* src, uint64_t bytes, uint64_t step,
@@ -389,20 +418,12 @@ TEST_F(DaemonGrowthTest, IdleChunksThatFitNoPlanGoBackToMakeRoom) {
 // own stock leased ahead in 4 MiB chunks, and asked inference for ~14 GiB.
 TEST_F(DaemonGrowthTest, OwnIdleChunksOfOtherSizesServeBeforeOthersAreAsked) {
   Start({"--host_capacity=64MiB", "--capacity=1"});
-  std::unique_ptr<DaemonChunkSource> other = ConnectLeasingAsAsked("other");
-  ASSERT_NE(other, nullptr);
-  absl::StatusOr<std::vector<SizedChunk>> cached =
-      other->AcquireBytes(0, 32 * kMiB);
-  ASSERT_TRUE(cached.ok()) << cached.status();
   IdleCache cache;
-  cache.chunks = *std::move(cached);
-  AnswerPressure(other.get(), &cache);
-  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  std::unique_ptr<DaemonChunkSource> other = ConnectCaching(32 * kMiB, &cache);
+  ASSERT_NE(other, nullptr);
+  // 32 MiB idle in 2 MiB chunks: the lake is full.
+  std::unique_ptr<DaemonChunkSource> src = ConnectHoldingIdle2MiB(32 * kMiB);
   ASSERT_NE(src, nullptr);
-  std::vector<SizedChunk> got;
-  Grow(src.get(), 32 * kMiB, kChunk, &got);
-  for (const SizedChunk& c : got) ASSERT_EQ(c.size, kChunk);
-  src->ReturnSized(0, got);  // 32 MiB idle in 2 MiB chunks: the lake is full
   absl::StatusOr<v1::StatusResponse> before = daemon_->Status();
   ASSERT_TRUE(before.ok()) << before.status();
   absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 12 * kMiB);
@@ -425,20 +446,13 @@ TEST_F(DaemonGrowthTest, OwnIdleChunksOfOtherSizesServeBeforeOthersAreAsked) {
 // while these chunks sat idle beside it.
 TEST_F(DaemonGrowthTest, OwnIdleChunksGoBackBeforeOthersAreAskedForTheRest) {
   Start({"--host_capacity=64MiB", "--capacity=1"});
-  std::unique_ptr<DaemonChunkSource> other = ConnectLeasingAsAsked("other");
-  ASSERT_NE(other, nullptr);
-  absl::StatusOr<std::vector<SizedChunk>> cached =
-      other->AcquireBytes(0, 48 * kMiB);
-  ASSERT_TRUE(cached.ok()) << cached.status();
   IdleCache cache;
-  cache.chunks = *std::move(cached);
   cache.whole = false;
-  AnswerPressure(other.get(), &cache);
-  std::unique_ptr<DaemonChunkSource> src = ConnectKeepingIdle();
+  std::unique_ptr<DaemonChunkSource> other = ConnectCaching(48 * kMiB, &cache);
+  ASSERT_NE(other, nullptr);
+  // 16 MiB idle in 2 MiB chunks: the lake is full.
+  std::unique_ptr<DaemonChunkSource> src = ConnectHoldingIdle2MiB(16 * kMiB);
   ASSERT_NE(src, nullptr);
-  std::vector<SizedChunk> got;
-  Grow(src.get(), 16 * kMiB, kChunk, &got);
-  src->ReturnSized(0, got);  // 16 MiB idle in 2 MiB chunks: the lake is full
   absl::StatusOr<std::vector<SizedChunk>> big = src->AcquireBytes(0, 24 * kMiB);
   ASSERT_TRUE(big.ok()) << big.status();
   // 24 MiB needed, 16 of them in the lake once the idle chunks went back.
